@@ -1,0 +1,1 @@
+"""The transaction coordinator and metadata authority of an EOS cluster."""

@@ -1,0 +1,1 @@
+"""The ``eos`` command line."""

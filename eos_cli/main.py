@@ -1,0 +1,25 @@
+"""``eos``: one command line for running and operating the product.
+
+Each service registers its own commands (``eos node``, ``eos coordinator``, ``eos db``), so
+this module only assembles them.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from coordinator_service.cli import register as register_coordinator
+from partition_service.cli import register as register_node
+
+app = typer.Typer(
+    name="eos",
+    help="EOS: exactly-once transactions over HTTP.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+register_node(app)
+register_coordinator(app)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

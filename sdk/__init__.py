@@ -1,0 +1,1 @@
+"""EOS Python SDK: transactional and idempotent producers, consumer and admin over HTTP."""

@@ -1,0 +1,200 @@
+"""Wire models of the storage node (partition_service), DESIGN.md §4."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import Field
+
+from sdk.protocol.common import (
+    IdString,
+    Offset,
+    PartitionIndex,
+    ProducerEpoch,
+    ProducerId,
+    TopicName,
+    TopicPartition,
+    WireModel,
+)
+
+
+class Encoding(str, Enum):
+    UTF8 = "utf8"
+    BASE64 = "base64"
+
+
+class IsolationLevel(str, Enum):
+    READ_UNCOMMITTED = "read_uncommitted"
+    READ_COMMITTED = "read_committed"
+
+
+class MarkerResult(str, Enum):
+    COMMIT = "COMMIT"
+    ABORT = "ABORT"
+
+
+class RecordIn(WireModel):
+    key: str | None = None
+    value: str | None = None
+    headers: dict[str, str] | None = None
+    timestamp_ms: int | None = Field(default=None, ge=0)
+
+
+class ProduceRequest(WireModel):
+    """One batch for one partition. Producer fields make it idempotent; ``transactional``
+    makes it part of the producer's open transaction."""
+
+    producer_id: ProducerId | None = None
+    producer_epoch: ProducerEpoch | None = None
+    base_sequence: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    transactional: bool = False
+    encoding: Encoding = Encoding.UTF8
+    records: list[RecordIn]
+
+
+class ProduceResponse(WireModel):
+    base_offset: int
+    last_offset: int
+    duplicate: bool
+    log_append_time_ms: int
+
+
+class FetchedRecord(WireModel):
+    offset: int
+    key: str | None
+    value: str | None
+    headers: dict[str, str]
+    timestamp_ms: int
+    encoding: Encoding = Encoding.UTF8
+
+
+class FetchResponse(WireModel):
+    records: list[FetchedRecord]
+    next_offset: int = Field(description="Where the next fetch should start (past any gap).")
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+
+
+class PartitionOffsets(WireModel):
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+class ProducerDescription(WireModel):
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    coordinator_epoch: int
+    current_txn_start_offset: int | None
+    last_timestamp_ms: int
+
+
+class DescribeProducersResponse(WireModel):
+    producers: list[ProducerDescription]
+
+
+class OffsetCommitEntry(WireModel):
+    topic: TopicName
+    partition: PartitionIndex
+    offset: Offset
+    metadata: str | None = Field(default=None, max_length=4096)
+
+
+class OffsetCommitRequest(WireModel):
+    offsets: list[OffsetCommitEntry] = Field(min_length=1)
+
+
+class TxnOffsetCommitRequest(WireModel):
+    transactional_id: IdString
+    producer_id: ProducerId
+    producer_epoch: ProducerEpoch
+    offsets: list[OffsetCommitEntry] = Field(min_length=1)
+
+
+class OffsetCommitResponse(WireModel):
+    offsets: list[OffsetCommitEntry]
+
+
+class CommittedOffset(WireModel):
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None
+
+
+class GroupOffsetsResponse(WireModel):
+    offsets: list[CommittedOffset]
+
+
+class Marker(WireModel):
+    producer_id: ProducerId
+    producer_epoch: ProducerEpoch
+    coordinator_epoch: int = Field(ge=0)
+    result: MarkerResult
+    partitions: list[TopicPartition] = Field(min_length=1)
+
+
+class WriteMarkersRequest(WireModel):
+    markers: list[Marker] = Field(min_length=1)
+
+
+class MarkerPartitionResult(WireModel):
+    producer_id: int
+    topic: str
+    partition: int
+    error: str | None = Field(description="An error code of the catalogue, or null.")
+
+
+class WriteMarkersResponse(WireModel):
+    results: list[MarkerPartitionResult]
+
+
+class CreatePartitionResponse(WireModel):
+    topic: str
+    partition: int
+    created: bool = Field(description="False when the partition existed already.")
+
+
+class PartitionSummary(WireModel):
+    topic: str
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+class ListPartitionsResponse(WireModel):
+    node_id: int
+    partitions: list[PartitionSummary]
+
+
+__all__ = [
+    "CommittedOffset",
+    "CreatePartitionResponse",
+    "DescribeProducersResponse",
+    "Encoding",
+    "FetchResponse",
+    "FetchedRecord",
+    "GroupOffsetsResponse",
+    "IsolationLevel",
+    "ListPartitionsResponse",
+    "Marker",
+    "MarkerPartitionResult",
+    "MarkerResult",
+    "OffsetCommitEntry",
+    "OffsetCommitRequest",
+    "OffsetCommitResponse",
+    "PartitionIndex",
+    "PartitionOffsets",
+    "PartitionSummary",
+    "ProduceRequest",
+    "ProduceResponse",
+    "ProducerDescription",
+    "RecordIn",
+    "TopicName",
+    "TxnOffsetCommitRequest",
+    "WriteMarkersRequest",
+    "WriteMarkersResponse",
+]

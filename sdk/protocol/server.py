@@ -1,0 +1,132 @@
+"""The HTTP boundary of both services: errors into the envelope, internal-token checks.
+
+Every error leaves a service through here, so a client always sees the envelope of
+DESIGN.md §4, whether the error came from the contract, from schema validation (422), from
+an unknown path or from a bug (500, logged with its traceback, never shown).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sdk.protocol.common import ErrorEnvelope
+from sdk.protocol.errors import (
+    CATALOGUE,
+    EosError,
+    InternalError,
+    InvalidRequestError,
+    MessageTooLargeError,
+    NotFoundError,
+    UnauthenticatedError,
+)
+
+log = logging.getLogger("eos.http")
+
+INTERNAL_TOKEN_HEADER = "Authorization"
+
+
+def error_response(error: EosError) -> JSONResponse:
+    return JSONResponse(status_code=error.http_status, content=error.envelope())
+
+
+def _envelope(status: int, code: str, message: str, details: Any = None) -> JSONResponse:
+    body: dict[str, Any] = {"code": code, "message": message, "retriable": False}
+    if details is not None:
+        body["details"] = details
+    return JSONResponse(status_code=status, content={"error": body})
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every failure of ``app`` into the error envelope."""
+
+    async def on_eos_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, EosError)
+        return error_response(exc)
+
+    async def on_validation(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        problems = [
+            {"loc": [str(p) for p in err.get("loc", ())], "msg": str(err.get("msg", ""))}
+            for err in exc.errors()
+        ]
+        first = problems[0] if problems else {"loc": [], "msg": "invalid request"}
+        message = f"{'.'.join(first['loc'])}: {first['msg']}"
+        return _envelope(422, "INVALID_REQUEST", message, {"problems": problems})
+
+    async def on_http(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 404:
+            return error_response(NotFoundError(str(exc.detail)))
+        if exc.status_code == 413:
+            return error_response(MessageTooLargeError(str(exc.detail)))
+        if exc.status_code == 401:
+            return error_response(UnauthenticatedError(str(exc.detail)))
+        return _envelope(exc.status_code, "INVALID_REQUEST", str(exc.detail))
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(InternalError("unexpected server error; see the service log"))
+
+    app.add_exception_handler(EosError, on_eos_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def error_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses=`` for an operation that may answer with these codes."""
+    by_status: dict[int, list[str]] = {}
+    for code in (*codes, "INVALID_REQUEST"):
+        status = 422 if code == "INVALID_REQUEST" and code not in codes else CATALOGUE[code].http_status
+        by_status.setdefault(status, []).append(code)
+    return {
+        status: {
+            "model": ErrorEnvelope,
+            "description": "Error envelope; code is one of: " + ", ".join(sorted(set(found))),
+        }
+        for status, found in sorted(by_status.items())
+    }
+
+
+def internal_token_checker(expected: str | None) -> Callable[[Request], Awaitable[None]]:
+    """A dependency that admits only requests bearing the cluster's internal token.
+
+    The comparison takes constant time so a caller cannot learn the token byte by byte.
+    With no token configured every internal call is refused.
+    """
+
+    async def check(request: Request) -> None:
+        supplied = request.headers.get(INTERNAL_TOKEN_HEADER, "")
+        scheme, _, token = supplied.partition(" ")
+        if (
+            expected is None
+            or scheme.lower() != "bearer"
+            or not hmac.compare_digest(token.encode(), expected.encode())
+        ):
+            raise UnauthenticatedError("internal endpoint: a valid internal token is required")
+
+    return check
+
+
+def internal_headers(token: str | None) -> dict[str, str]:
+    """Headers a coordinator or node sends on internal calls."""
+    return {INTERNAL_TOKEN_HEADER: f"Bearer {token}"} if token else {}
+
+
+__all__ = [
+    "ErrorEnvelope",
+    "InvalidRequestError",
+    "error_response",
+    "error_responses",
+    "install_error_handlers",
+    "internal_headers",
+    "internal_token_checker",
+]
