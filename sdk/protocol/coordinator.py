@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import Field
 
@@ -21,7 +21,7 @@ MAX_TRANSACTION_TIMEOUT_MS = 900_000
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
 
-class KeyType(str, Enum):
+class KeyType(StrEnum):
     TRANSACTION = "transaction"
     GROUP = "group"
 

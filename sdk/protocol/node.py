@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import Field
 
@@ -18,17 +18,17 @@ from sdk.protocol.common import (
 )
 
 
-class Encoding(str, Enum):
+class Encoding(StrEnum):
     UTF8 = "utf8"
     BASE64 = "base64"
 
 
-class IsolationLevel(str, Enum):
+class IsolationLevel(StrEnum):
     READ_UNCOMMITTED = "read_uncommitted"
     READ_COMMITTED = "read_committed"
 
 
-class MarkerResult(str, Enum):
+class MarkerResult(StrEnum):
     COMMIT = "COMMIT"
     ABORT = "ABORT"
 

@@ -85,7 +85,9 @@ def error_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses=`` for an operation that may answer with these codes."""
     by_status: dict[int, list[str]] = {}
     for code in (*codes, "INVALID_REQUEST"):
-        status = 422 if code == "INVALID_REQUEST" and code not in codes else CATALOGUE[code].http_status
+        status = (
+            422 if code == "INVALID_REQUEST" and code not in codes else CATALOGUE[code].http_status
+        )
         by_status.setdefault(status, []).append(code)
     return {
         status: {

@@ -9,10 +9,10 @@ coordinator, its tests and any reader share one definition of what is legal.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class TransactionState(str, Enum):
+class TransactionState(StrEnum):
     """A transactional id's state. The value is what the wire and the database carry."""
 
     EMPTY = "Empty"
@@ -89,7 +89,7 @@ _VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
 }
 
 
-class TxnEvent(str, Enum):
+class TxnEvent(StrEnum):
     """What can happen to a transactional id (the columns of the table in §3)."""
 
     ADD = "add"  # add partitions or add offsets
@@ -99,7 +99,7 @@ class TxnEvent(str, Enum):
     TIMEOUT = "timeout"
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """The kind of answer the table gives."""
 
     TRANSITION = "transition"  # move to ``target``

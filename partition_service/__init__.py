@@ -1,0 +1,1 @@
+"""The EOS storage node: durable partition logs with idempotent and transactional writes."""

@@ -1,0 +1,268 @@
+"""Producer state of one partition: idempotence and the open transaction of each producer.
+
+For every producer id the partition remembers its epoch, the coordinator epoch of the last
+marker, the offset where its open transaction began and the metadata of its last five
+batches. That is what turns a retried batch into a duplicate answered with its first
+offsets, refuses gaps and stale epochs, and gives the Last Stable Offset. The same code
+validates a live append and replays a batch read back from the log during recovery, so the
+two can never disagree.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from partition_service.log.batch import NO_SEQUENCE
+from sdk.protocol.common import SEQUENCE_MODULUS
+from sdk.protocol.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    TransactionCoordinatorFencedError,
+    UnknownProducerIdError,
+)
+
+REMEMBERED_BATCHES = 5
+
+
+@dataclass(slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+    append_time_ms: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int | None = None
+    last_timestamp_ms: int = 0
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=REMEMBERED_BATCHES))
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for meta in self.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.producer_id,
+            "epoch": self.epoch,
+            "coordinator_epoch": self.coordinator_epoch,
+            "txn_first": self.current_txn_first_offset,
+            "ts": self.last_timestamp_ms,
+            "batches": [
+                [b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.append_time_ms]
+                for b in self.batches
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ProducerEntry:
+        entry = cls(
+            producer_id=raw["pid"],
+            epoch=raw["epoch"],
+            coordinator_epoch=raw["coordinator_epoch"],
+            current_txn_first_offset=raw["txn_first"],
+            last_timestamp_ms=raw["ts"],
+        )
+        for b in raw["batches"]:
+            entry.batches.append(BatchMetadata(*b))
+        return entry
+
+
+@dataclass(frozen=True, slots=True)
+class AppendCheck:
+    """What the state says about a batch before it is written."""
+
+    duplicate_of: BatchMetadata | None = None  # answer with these offsets, write nothing
+    opens_transaction: bool = False  # first transactional batch of this producer here
+
+
+class ProducerStateManager:
+    """All producers of one partition, plus the set of open transactions."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+        # producer id -> first offset of its open transaction on this partition
+        self.open_transactions: dict[int, int] = {}
+
+    # -- checks (no mutation) ------------------------------------------------------------
+    def check_append(
+        self,
+        producer_id: int,
+        epoch: int,
+        base_sequence: int,
+        record_count: int,
+        *,
+        transactional: bool,
+    ) -> AppendCheck:
+        """Validate an idempotent or transactional batch; raises the contract's errors."""
+        entry = self.producers.get(producer_id)
+        sequenced = base_sequence != NO_SEQUENCE
+        last_seq = (
+            (base_sequence + record_count - 1) % SEQUENCE_MODULUS if sequenced else NO_SEQUENCE
+        )
+        if entry is None:
+            if sequenced and base_sequence != 0:
+                raise UnknownProducerIdError(
+                    f"producer {producer_id} is unknown here and its first batch has "
+                    f"sequence {base_sequence}, not 0"
+                )
+            return AppendCheck(opens_transaction=transactional)
+        if epoch < entry.epoch:
+            error = ProducerFencedError if transactional else InvalidProducerEpochError
+            raise error(
+                f"producer {producer_id} epoch {epoch} is older than "
+                f"the current epoch {entry.epoch}"
+            )
+        in_txn = entry.current_txn_first_offset is not None
+        if epoch > entry.epoch:
+            if in_txn:
+                raise ConcurrentTransactionsError(
+                    f"producer {producer_id} still has a transaction open at epoch "
+                    f"{entry.epoch}; its marker has not arrived yet"
+                )
+            if sequenced and base_sequence != 0:
+                raise OutOfOrderSequenceNumberError(
+                    f"producer {producer_id} new epoch {epoch} must start at sequence 0, "
+                    f"got {base_sequence}"
+                )
+            return AppendCheck(opens_transaction=transactional)
+        if in_txn and not transactional:
+            raise InvalidTxnStateError(
+                f"producer {producer_id} has an open transaction; a non-transactional batch "
+                "cannot join it"
+            )
+        if sequenced:
+            duplicate = entry.find_duplicate(base_sequence, last_seq)
+            if duplicate is not None:
+                return AppendCheck(duplicate_of=duplicate)
+            expected = (
+                0
+                if entry.last_sequence == NO_SEQUENCE
+                else (entry.last_sequence + 1) % SEQUENCE_MODULUS
+            )
+            if base_sequence != expected:
+                raise OutOfOrderSequenceNumberError(
+                    f"producer {producer_id} epoch {epoch}: expected sequence {expected}, "
+                    f"got {base_sequence}"
+                )
+        return AppendCheck(opens_transaction=transactional and not in_txn)
+
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int) -> None:
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker from coordinator epoch {coordinator_epoch}, but epoch "
+                f"{entry.coordinator_epoch} wrote here already"
+            )
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"marker for producer {producer_id} epoch {epoch}, current epoch {entry.epoch}"
+            )
+
+    def marker_is_noop(self, producer_id: int, epoch: int) -> bool:
+        """A marker that would change nothing: no open transaction and no newer epoch."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return False
+        return entry.current_txn_first_offset is None and epoch <= entry.epoch
+
+    # -- updates (from live appends and from replay alike) --------------------------------
+    def apply_data(
+        self,
+        producer_id: int,
+        epoch: int,
+        base_sequence: int,
+        base_offset: int,
+        last_offset: int,
+        append_time_ms: int,
+        *,
+        transactional: bool,
+    ) -> None:
+        entry = self.producers.get(producer_id)
+        if entry is None or epoch > entry.epoch:
+            previous = entry
+            entry = ProducerEntry(producer_id, epoch)
+            if previous is not None:
+                entry.coordinator_epoch = previous.coordinator_epoch
+            self.producers[producer_id] = entry
+        if base_sequence != NO_SEQUENCE:
+            count = last_offset - base_offset + 1
+            entry.batches.append(
+                BatchMetadata(
+                    base_sequence,
+                    (base_sequence + count - 1) % SEQUENCE_MODULUS,
+                    base_offset,
+                    last_offset,
+                    append_time_ms,
+                )
+            )
+        entry.last_timestamp_ms = append_time_ms
+        if transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = base_offset
+            self.open_transactions[producer_id] = base_offset
+
+    def apply_marker(
+        self, producer_id: int, epoch: int, coordinator_epoch: int, append_time_ms: int
+    ) -> int | None:
+        """Close the producer's transaction; returns its first offset (None if none was open)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = ProducerEntry(producer_id, epoch)
+            self.producers[producer_id] = entry
+        elif epoch > entry.epoch:
+            entry.epoch = epoch
+            entry.batches.clear()
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        entry.last_timestamp_ms = append_time_ms
+        first = entry.current_txn_first_offset
+        entry.current_txn_first_offset = None
+        self.open_transactions.pop(producer_id, None)
+        return first
+
+    def first_unstable_offset(self) -> int | None:
+        return min(self.open_transactions.values()) if self.open_transactions else None
+
+    def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers idle past ``expiration_ms`` with nothing open (Kafka's
+        ``producer.id.expiration.ms``)."""
+        gone = [
+            pid
+            for pid, entry in self.producers.items()
+            if entry.current_txn_first_offset is None
+            and now_ms - entry.last_timestamp_ms > expiration_ms
+        ]
+        for pid in gone:
+            del self.producers[pid]
+        return gone
+
+    # -- snapshot ------------------------------------------------------------------------
+    def to_json(self) -> list[dict[str, Any]]:
+        return [entry.to_json() for entry in self.producers.values()]
+
+    @classmethod
+    def from_json(cls, raw: list[dict[str, Any]]) -> ProducerStateManager:
+        manager = cls()
+        for item in raw:
+            entry = ProducerEntry.from_json(item)
+            manager.producers[entry.producer_id] = entry
+            if entry.current_txn_first_offset is not None:
+                manager.open_transactions[entry.producer_id] = entry.current_txn_first_offset
+        return manager
