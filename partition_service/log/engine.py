@@ -55,6 +55,7 @@ class PartitionEngine:
         self.topic = topic
         self.partition = partition
         self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
         self.log = Log(directory, config)
         self.producers = ProducerStateManager()
         self.aborted = AbortedTxnIndex(directory / "aborted.txnindex")

@@ -1,0 +1,1 @@
+"""HTTP routes of the storage node, one module per area."""

@@ -1,0 +1,124 @@
+"""Consumer-group offsets: plain commits, transactional commits (TxnOffsetCommit), reads.
+
+Offsets are records of the group's ``__consumer_offsets`` partition on this node; a
+transactional commit is a transactional batch there, so it becomes visible with the same
+COMMIT marker as the transaction's data.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+from fastapi.responses import Response
+
+from partition_service.api.records import json_response
+from partition_service.context import Node
+from partition_service.log.group_offsets import encode_offset_record
+from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, MAX_ID_LENGTH, TopicPartition
+from sdk.protocol.errors import UnstableOffsetCommitError
+from sdk.protocol.node import (
+    GroupOffsetsResponse,
+    OffsetCommitEntry,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    RecordIn,
+    TxnOffsetCommitRequest,
+)
+from sdk.protocol.server import error_responses
+
+router = APIRouter(prefix="/v1/groups/{group_id}", tags=["groups"])
+
+GroupPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH, description="Group id.")]
+
+
+def _records(group_id: str, offsets: list[OffsetCommitEntry]) -> list[RecordIn]:
+    records = []
+    for entry in offsets:
+        key, value = encode_offset_record(
+            group_id, entry.topic, entry.partition, entry.offset, entry.metadata
+        )
+        records.append(RecordIn(key=key, value=value))
+    return records
+
+
+def _echo(offsets: list[OffsetCommitEntry]) -> Response:
+    return json_response({"offsets": [entry.model_dump() for entry in offsets]})
+
+
+@router.post(
+    "/offsets",
+    operation_id="commitGroupOffsets",
+    summary="Commit a group's offsets (outside any transaction)",
+    response_model=OffsetCommitResponse,
+    responses=error_responses("NOT_COORDINATOR", "KAFKA_STORAGE_ERROR"),
+)
+async def commit_offsets(group_id: GroupPath, body: OffsetCommitRequest, node: Node) -> Response:
+    target = node.registry.group_coordinator(group_id)
+    result = target.append_rows(target.rows(_records(group_id, body.offsets)))
+    await target.wait_durable(result)
+    return _echo(body.offsets)
+
+
+@router.post(
+    "/txn-offsets",
+    operation_id="commitTransactionalOffsets",
+    summary="Add offsets to a transaction (TxnOffsetCommit): pending until its marker",
+    response_model=OffsetCommitResponse,
+    responses=error_responses(
+        "NOT_COORDINATOR",
+        "PRODUCER_FENCED",
+        "INVALID_PRODUCER_EPOCH",
+        "INVALID_TXN_STATE",
+        "TRANSACTION_ABORTABLE",
+        "COORDINATOR_NOT_AVAILABLE",
+        "CONCURRENT_TRANSACTIONS",
+        "KAFKA_STORAGE_ERROR",
+    ),
+)
+async def commit_txn_offsets(
+    group_id: GroupPath, body: TxnOffsetCommitRequest, node: Node
+) -> Response:
+    target = node.registry.group_coordinator(group_id)
+    if target.needs_verification(body.producer_id, body.producer_epoch):
+        await node.verifier.verify(
+            body.producer_id,
+            body.producer_epoch,
+            TopicPartition(topic=CONSUMER_OFFSETS_TOPIC, partition=target.index),
+        )
+    result = target.append_rows(
+        target.rows(_records(group_id, body.offsets)),
+        producer_id=body.producer_id,
+        producer_epoch=body.producer_epoch,
+        transactional=True,
+    )
+    await target.wait_durable(result)
+    return _echo(body.offsets)
+
+
+@router.get(
+    "/offsets",
+    operation_id="fetchGroupOffsets",
+    summary="A group's committed offsets",
+    response_model=GroupOffsetsResponse,
+    responses=error_responses("NOT_COORDINATOR", "UNSTABLE_OFFSET_COMMIT"),
+)
+async def fetch_offsets(
+    group_id: GroupPath,
+    node: Node,
+    require_stable: Annotated[
+        bool, Query(description="Refuse with UNSTABLE_OFFSET_COMMIT while offsets are pending.")
+    ] = True,
+) -> Response:
+    target = node.registry.group_coordinator(group_id)
+    view = target.engine.groups
+    assert view is not None
+    if require_stable and view.has_pending(group_id):
+        raise UnstableOffsetCommitError(
+            f"a transaction holds pending offsets for group {group_id!r}"
+        )
+    offsets = [
+        {"topic": topic, "partition": partition, "offset": offset, "metadata": metadata}
+        for (topic, partition), (offset, metadata) in sorted(view.offsets(group_id).items())
+    ]
+    return json_response({"offsets": offsets})

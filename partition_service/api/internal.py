@@ -1,0 +1,103 @@
+"""Endpoints for coordinators only: transaction markers and partition creation.
+
+Every route here requires the cluster's internal token (checked in constant time); a
+request without it is refused before anything is read or written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from partition_service.api.records import PartitionPath, TopicPath, json_response
+from partition_service.context import Node
+from sdk.protocol.errors import EosError
+from sdk.protocol.node import (
+    CreatePartitionResponse,
+    ListPartitionsResponse,
+    WriteMarkersRequest,
+    WriteMarkersResponse,
+)
+from sdk.protocol.server import error_responses
+
+
+async def require_internal_token(request: Request) -> None:
+    await request.app.state.internal_check(request)
+
+
+router = APIRouter(
+    prefix="/internal/v1",
+    tags=["internal"],
+    dependencies=[Depends(require_internal_token)],
+)
+
+
+@router.post(
+    "/markers",
+    operation_id="writeTxnMarkers",
+    summary="Write COMMIT/ABORT markers (coordinators only)",
+    response_model=WriteMarkersResponse,
+    responses=error_responses("UNAUTHENTICATED"),
+)
+async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
+    """Each partition answers on its own: one failing partition does not hold back the
+    others. All markers are appended first, then one group commit makes them durable."""
+    jobs: list[tuple[int, str, int, asyncio.Future[None] | EosError]] = []
+    for marker in body.markers:
+        for tp in marker.partitions:
+            try:
+                target = node.registry.get(tp.topic, tp.partition)
+                job: asyncio.Future[None] | EosError = asyncio.ensure_future(
+                    target.write_marker(
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        marker.coordinator_epoch,
+                        marker.result.value,
+                    )
+                )
+            except EosError as exc:
+                job = exc
+            jobs.append((marker.producer_id, tp.topic, tp.partition, job))
+            node.metrics.markers.labels(marker.result.value).inc()
+    results = []
+    for producer_id, topic, partition, job in jobs:
+        error: str | None = None
+        if isinstance(job, EosError):
+            error = job.code
+        else:
+            try:
+                await job
+            except EosError as exc:
+                error = exc.code
+        results.append(
+            {"producer_id": producer_id, "topic": topic, "partition": partition, "error": error}
+        )
+    return json_response({"results": results})
+
+
+@router.put(
+    "/partitions/{topic}/{partition}",
+    operation_id="createPartition",
+    summary="Create a partition on this node (coordinators only)",
+    response_model=CreatePartitionResponse,
+    responses=error_responses("UNAUTHENTICATED"),
+)
+async def create_partition(topic: TopicPath, partition: PartitionPath, node: Node) -> Response:
+    created = await node.registry.create(topic, partition)
+    return json_response({"topic": topic, "partition": partition, "created": created})
+
+
+@router.get(
+    "/partitions",
+    operation_id="listNodePartitions",
+    summary="Partitions on this node",
+    response_model=ListPartitionsResponse,
+    responses=error_responses("UNAUTHENTICATED"),
+)
+async def list_partitions(node: Node) -> Response:
+    rows = []
+    for (topic, index), target in sorted(node.registry.partitions.items()):
+        rows.append({"topic": topic, "partition": index, **target.offsets()})
+    return json_response({"node_id": node.settings.node_id, "partitions": rows})

@@ -1,0 +1,118 @@
+"""``create_app(settings)``: the storage node's FastAPI application.
+
+The lifespan owns the partitions (recovered before the first request is served), the
+verifier's HTTP client and the group-commit loops, and stops them in reverse order: the
+last thing a clean shutdown does is flush and checkpoint every partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from partition_service.api import groups, health, internal, records
+from partition_service.context import NodeContext
+from partition_service.log.log import LogConfig
+from partition_service.metrics import NodeMetrics
+from partition_service.partition import Limits
+from partition_service.registry import PartitionRegistry
+from partition_service.settings import NodeSettings
+from partition_service.verification import (
+    CoordinatorVerifier,
+    TransactionVerifier,
+    TrustingVerifier,
+)
+from sdk.protocol.errors import MessageTooLargeError
+from sdk.protocol.server import error_response, install_error_handlers, internal_token_checker
+
+log = logging.getLogger("eos.node")
+
+
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with MESSAGE_TOO_LARGE before parsing."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+        seen = 0
+
+        async def counting_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise MessageTooLargeError(f"request body over {self.limit} bytes")
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(MessageTooLargeError(f"request body over {self.limit} bytes"))
+        await response(scope, receive, send)
+
+
+def build_verifier(settings: NodeSettings) -> TransactionVerifier:
+    if settings.txn_verification == "off":
+        return TrustingVerifier()
+    return CoordinatorVerifier(settings.coordinator_url, settings.internal_token)
+
+
+def create_app(settings: NodeSettings | None = None) -> FastAPI:
+    settings = settings or NodeSettings()
+    registry = PartitionRegistry(
+        settings.data_dir,
+        log_config=LogConfig(
+            segment_bytes=settings.segment_bytes,
+            index_interval_bytes=settings.index_interval_bytes,
+        ),
+        fsync=settings.fsync,
+        checkpoint_interval_ms=settings.checkpoint_interval_ms,
+        limits=Limits(max_record_bytes=settings.max_record_bytes),
+        group_offset_partitions=settings.group_offset_partitions,
+    )
+    context = NodeContext(
+        settings=settings,
+        registry=registry,
+        verifier=build_verifier(settings),
+        metrics=NodeMetrics(registry),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        count = registry.load_all()
+        registry.start()
+        context.ready = True
+        log.info("node %d ready with %d partitions", settings.node_id, count)
+        try:
+            yield
+        finally:
+            context.ready = False
+            await registry.stop()
+            await context.verifier.close()
+
+    app = FastAPI(
+        title="EOS storage node",
+        version="1.0.0",
+        description="Partition logs with idempotent and transactional writes.",
+        lifespan=lifespan,
+    )
+    app.state.node = context
+    app.state.internal_check = internal_token_checker(settings.internal_token)
+    install_error_handlers(app)
+    for router in (records.router, groups.router, internal.router, health.router):
+        app.include_router(router)
+    app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    return app

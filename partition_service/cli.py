@@ -1,0 +1,81 @@
+"""``eos node``: run a storage node."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from partition_service.settings import NodeSettings
+
+
+def run_node(settings: NodeSettings) -> None:
+    import uvicorn
+
+    from partition_service.app import create_app
+
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=10,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("node")
+    def node(
+        node_id: Annotated[int, typer.Option(envvar="EOS_NODE_ID", help="Node id.")] = 1,
+        host: Annotated[str, typer.Option(envvar="EOS_HOST")] = "127.0.0.1",
+        port: Annotated[int, typer.Option(envvar="EOS_PORT")] = 9091,
+        data_dir: Annotated[Path, typer.Option(envvar="EOS_DATA_DIR")] = Path("./data/node-1"),
+        internal_token: Annotated[
+            str | None, typer.Option(envvar="EOS_INTERNAL_TOKEN", help="Coordinators' token.")
+        ] = None,
+        coordinator_url: Annotated[
+            str | None, typer.Option(envvar="EOS_COORDINATOR_URL", help="Any coordinator.")
+        ] = None,
+        txn_verification: Annotated[
+            str, typer.Option(envvar="EOS_TXN_VERIFICATION", help="coordinator | off")
+        ] = "coordinator",
+        fsync: Annotated[bool, typer.Option("--fsync/--no-fsync", envvar="EOS_FSYNC")] = True,
+        segment_bytes: Annotated[int, typer.Option(envvar="EOS_SEGMENT_BYTES")] = 64 << 20,
+        index_interval_bytes: Annotated[
+            int, typer.Option(envvar="EOS_INDEX_INTERVAL_BYTES")
+        ] = 4096,
+        checkpoint_interval_ms: Annotated[
+            int, typer.Option(envvar="EOS_CHECKPOINT_INTERVAL_MS")
+        ] = 5000,
+        max_record_bytes: Annotated[int, typer.Option(envvar="EOS_MAX_RECORD_BYTES")] = 1 << 20,
+        max_request_bytes: Annotated[int, typer.Option(envvar="EOS_MAX_REQUEST_BYTES")] = 64 << 20,
+        group_offset_partitions: Annotated[
+            int, typer.Option(envvar="EOS_GROUP_OFFSET_PARTITIONS")
+        ] = 50,
+        log_level: Annotated[str, typer.Option(envvar="EOS_LOG_LEVEL")] = "info",
+    ) -> None:
+        """Run a storage node: partition logs with idempotent and transactional writes."""
+        settings = NodeSettings(
+            node_id=node_id,
+            host=host,
+            port=port,
+            data_dir=data_dir,
+            internal_token=internal_token,
+            coordinator_url=coordinator_url,
+            txn_verification=txn_verification,
+            fsync=fsync,
+            segment_bytes=segment_bytes,
+            index_interval_bytes=index_interval_bytes,
+            checkpoint_interval_ms=checkpoint_interval_ms,
+            max_record_bytes=max_record_bytes,
+            max_request_bytes=max_request_bytes,
+            group_offset_partitions=group_offset_partitions,
+            log_level=log_level,
+        )
+        run_node(settings)

@@ -1,0 +1,137 @@
+"""Group commit: one fsync makes many concurrent appends durable at once.
+
+Producers append (a cheap write to the page cache) and then wait here for their last
+offset to become durable. A single flusher task per partition loops: it notes the log end,
+fsyncs in a worker thread, then releases every waiter up to that end. Requests that arrive
+during a fsync share the next one, so the cost of durability is paid per round, not per
+request. The same loop writes the partition's checkpoint now and then, always for a state
+that the fsync it follows has made durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from partition_service.log.engine import PartitionEngine
+from partition_service.log.log import Checkpoint
+from sdk.protocol.errors import KafkaStorageError
+
+log = logging.getLogger("eos.node.durability")
+
+
+class GroupCommitter:
+    def __init__(
+        self,
+        engine: PartitionEngine,
+        *,
+        fsync: bool,
+        checkpoint_interval_ms: int,
+        on_durable: Callable[[], None],
+    ) -> None:
+        self.engine = engine
+        self.fsync_enabled = fsync
+        self.checkpoint_interval_s = checkpoint_interval_ms / 1000
+        self._on_durable = on_durable
+        self._wakeup = asyncio.Event()
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._last_checkpoint_at = time.monotonic()
+        self._checkpointed_offset = -1
+        self.failed: BaseException | None = None
+        self.fsyncs = 0
+
+    def start(self) -> None:
+        self._checkpointed_offset = self.engine.log_end_offset
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+
+    async def stop(self) -> None:
+        """Flush what is pending, write a final checkpoint and end the loop."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.failed is None:
+            self._flush_now()
+            self._write_checkpoint(self.engine.capture_checkpoint())
+
+    async def wait_durable(self, offset: int) -> None:
+        """Return once every offset below ``offset`` is durable."""
+        if self.failed is not None:
+            raise KafkaStorageError(f"partition storage failed: {self.failed}")
+        if offset <= self.engine.durable_offset:
+            return
+        if not self.fsync_enabled:
+            self.engine.mark_durable(self.engine.log_end_offset)
+            self._on_durable()
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((offset, future))
+        self._wakeup.set()
+        await future
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout=self.checkpoint_interval_s)
+            self._wakeup.clear()
+            target = self.engine.log_end_offset
+            pending = self._checkpoint_due(target)
+            try:
+                if target > self.engine.durable_offset:
+                    await asyncio.to_thread(self.engine.fsync)
+                    self.fsyncs += 1
+            except OSError as exc:
+                self._fail(exc)
+                return
+            self.engine.mark_durable(target)
+            self._release(target)
+            self._on_durable()
+            if pending is not None:
+                self._write_checkpoint(pending)
+
+    def _checkpoint_due(self, target: int) -> Checkpoint | None:
+        if target == self._checkpointed_offset:
+            return None
+        if time.monotonic() - self._last_checkpoint_at < self.checkpoint_interval_s:
+            return None
+        return self.engine.capture_checkpoint()
+
+    def _write_checkpoint(self, checkpoint: Checkpoint) -> None:
+        try:
+            self.engine.write_checkpoint(checkpoint)
+        except OSError:
+            log.exception("checkpoint of %s failed", self.engine.directory)
+            return
+        self._last_checkpoint_at = time.monotonic()
+        self._checkpointed_offset = checkpoint.next_offset
+
+    def _flush_now(self) -> None:
+        target = self.engine.log_end_offset
+        self.engine.fsync()
+        self.engine.mark_durable(target)
+        self._release(target)
+
+    def _release(self, target: int) -> None:
+        still: list[tuple[int, asyncio.Future[None]]] = []
+        for offset, future in self._waiters:
+            if offset <= target:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((offset, future))
+        self._waiters = still
+        if still:
+            self._wakeup.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        log.error("fsync of %s failed: %s", self.engine.directory, exc)
+        self.failed = exc
+        for _offset, future in self._waiters:
+            if not future.done():
+                future.set_exception(KafkaStorageError(f"fsync failed: {exc}"))
+        self._waiters = []

@@ -1,0 +1,76 @@
+"""Prometheus metrics of a storage node (DESIGN.md §6: rates, LSO lag, open transactions).
+
+Counters are updated on the request path; per-partition gauges are computed at scrape time
+from the registry, so they cost nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from partition_service.registry import PartitionRegistry
+
+
+class NodeMetrics:
+    def __init__(self, registry: PartitionRegistry) -> None:
+        self.prometheus = CollectorRegistry()
+        self.produced_records = Counter(
+            "eos_node_produced_records_total",
+            "Records appended.",
+            ["topic"],
+            registry=self.prometheus,
+        )
+        self.duplicate_batches = Counter(
+            "eos_node_duplicate_batches_total",
+            "Batches recognised as retries.",
+            registry=self.prometheus,
+        )
+        self.fetched_records = Counter(
+            "eos_node_fetched_records_total",
+            "Records served.",
+            ["isolation_level"],
+            registry=self.prometheus,
+        )
+        self.markers = Counter(
+            "eos_node_markers_total",
+            "Transaction markers written.",
+            ["result"],
+            registry=self.prometheus,
+        )
+        self.errors = Counter(
+            "eos_node_errors_total", "Error answers by code.", ["code"], registry=self.prometheus
+        )
+        self.prometheus.register(_PartitionCollector(registry))
+
+    def render(self) -> bytes:
+        return generate_latest(self.prometheus)
+
+
+class _PartitionCollector(Collector):
+    def __init__(self, registry: PartitionRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        hw = GaugeMetricFamily("eos_node_high_watermark", "High watermark.", labels=labels)
+        lso = GaugeMetricFamily("eos_node_last_stable_offset", "Last stable offset.", labels=labels)
+        lag = GaugeMetricFamily(
+            "eos_node_lso_lag", "High watermark minus last stable offset.", labels=labels
+        )
+        open_txns = GaugeMetricFamily(
+            "eos_node_open_transactions", "Transactions open on the partition.", labels=labels
+        )
+        fsyncs = GaugeMetricFamily("eos_node_fsyncs", "Group-commit fsyncs so far.", labels=labels)
+        for (topic, index), partition in list(self.registry.partitions.items()):
+            engine = partition.engine
+            key = [topic, str(index)]
+            hw.add_metric(key, engine.high_watermark)
+            lso.add_metric(key, engine.last_stable_offset)
+            lag.add_metric(key, engine.high_watermark - engine.last_stable_offset)
+            open_txns.add_metric(key, len(engine.producers.open_transactions))
+            fsyncs.add_metric(key, partition.committer.fsyncs)
+        yield from (hw, lso, lag, open_txns, fsyncs)

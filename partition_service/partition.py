@@ -1,0 +1,220 @@
+"""A partition led by this node: the engine, its group commit and its readers.
+
+This is where requests meet the log: a produce is validated and appended in one step of the
+event loop (so no other request can interleave between the idempotence check and the
+write), then waits for group commit; a fetch can wait for the high watermark or the LSO to
+move (long polling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from partition_service.group_commit import GroupCommitter
+from partition_service.log.batch import NO_PRODUCER_ID, NO_SEQUENCE
+from partition_service.log.engine import AppendResult, PartitionEngine, ReadResult, Row
+from sdk.protocol.errors import (
+    InvalidRecordError,
+    InvalidRequestError,
+    MessageTooLargeError,
+)
+from sdk.protocol.node import Encoding, ProduceRequest, RecordIn
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_record_bytes: int = 1024 * 1024
+    max_batch_records: int = 100_000
+    max_fetch_records: int = 100_000
+
+
+class Partition:
+    def __init__(
+        self,
+        engine: PartitionEngine,
+        *,
+        fsync: bool,
+        checkpoint_interval_ms: int,
+        limits: Limits,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.engine = engine
+        self.limits = limits
+        self.clock = clock
+        self._changed = asyncio.Event()
+        self.committer = GroupCommitter(
+            engine,
+            fsync=fsync,
+            checkpoint_interval_ms=checkpoint_interval_ms,
+            on_durable=self._notify,
+        )
+
+    @property
+    def topic(self) -> str:
+        return self.engine.topic
+
+    @property
+    def index(self) -> int:
+        return self.engine.partition
+
+    def start(self) -> None:
+        self.committer.start()
+
+    async def stop(self) -> None:
+        await self.committer.stop()
+        self.engine.close()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- produce -------------------------------------------------------------------------
+    def validate_rows(self, request: ProduceRequest) -> list[Row]:
+        """Check the request's producer fields and turn its records into rows, refusing bad
+        input before anything is written."""
+        has_producer = request.producer_id is not None
+        if has_producer and (request.producer_epoch is None or request.base_sequence is None):
+            raise InvalidRequestError(
+                "producer_id needs producer_epoch and base_sequence in the same request"
+            )
+        if not has_producer and (
+            request.producer_epoch is not None or request.base_sequence is not None
+        ):
+            raise InvalidRequestError("producer_epoch and base_sequence need a producer_id")
+        if request.transactional and not has_producer:
+            raise InvalidRequestError(
+                "a transactional batch needs producer_id, producer_epoch and base_sequence"
+            )
+        return self.rows(request.records, base64=request.encoding is Encoding.BASE64)
+
+    def rows(self, records: list[RecordIn], *, base64: bool = False) -> list[Row]:
+        if not records:
+            raise InvalidRecordError("a batch needs at least one record")
+        if len(records) > self.limits.max_batch_records:
+            raise MessageTooLargeError(
+                f"{len(records)} records in one batch; at most {self.limits.max_batch_records}"
+            )
+        now = self.clock()
+        limit = self.limits.max_record_bytes
+        rows: list[Row] = []
+        for i, record in enumerate(records):
+            key, value = record.key, record.value
+            size = (len(key) if key else 0) + (len(value) if value else 0)
+            if size > limit:
+                raise MessageTooLargeError(
+                    f"record {i} has {size} bytes of key and value; at most {limit}"
+                )
+            if base64:
+                _check_base64(key, i, "key")
+                _check_base64(value, i, "value")
+            ts = record.timestamp_ms if record.timestamp_ms is not None else now
+            rows.append((key, value, record.headers, ts))
+        return rows
+
+    def append(self, request: ProduceRequest, rows: list[Row]) -> AppendResult:
+        """Check and write in one step of the event loop; durability is awaited after."""
+        return self.append_rows(
+            rows,
+            producer_id=request.producer_id if request.producer_id is not None else NO_PRODUCER_ID,
+            producer_epoch=request.producer_epoch if request.producer_epoch is not None else -1,
+            base_sequence=request.base_sequence
+            if request.base_sequence is not None
+            else NO_SEQUENCE,
+            transactional=request.transactional,
+            base64=request.encoding is Encoding.BASE64,
+        )
+
+    def append_rows(
+        self,
+        rows: list[Row],
+        *,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = -1,
+        base_sequence: int = NO_SEQUENCE,
+        transactional: bool = False,
+        base64: bool = False,
+    ) -> AppendResult:
+        return self.engine.append_data(
+            rows,
+            now_ms=self.clock(),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            transactional=transactional,
+            base64=base64,
+        )
+
+    def needs_verification(self, producer_id: int, producer_epoch: int) -> bool:
+        """A transactional batch that would open a transaction here must be verified first."""
+        entry = self.engine.producers.producers.get(producer_id)
+        return (
+            entry is None or entry.current_txn_first_offset is None or producer_epoch != entry.epoch
+        )
+
+    async def wait_durable(self, result: AppendResult) -> None:
+        await self.committer.wait_durable(result.last_offset + 1)
+
+    # -- markers -------------------------------------------------------------------------
+    async def write_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: str
+    ) -> None:
+        offset = self.engine.append_marker(
+            producer_id, producer_epoch, coordinator_epoch, result, now_ms=self.clock()
+        )
+        end = self.engine.log_end_offset if offset is None else offset + 1
+        await self.committer.wait_durable(end)
+        self._notify()
+
+    # -- fetch ---------------------------------------------------------------------------
+    async def fetch(
+        self,
+        offset: int,
+        *,
+        max_records: int,
+        max_bytes: int,
+        read_committed: bool,
+        max_wait_ms: int,
+    ) -> ReadResult:
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while True:
+            result = self.engine.read(
+                offset,
+                max_records=max_records,
+                max_bytes=max_bytes,
+                read_committed=read_committed,
+            )
+            remaining = deadline - time.monotonic()
+            if result.records or remaining <= 0:
+                return result
+            if result.next_offset > offset:
+                return result  # skipped a gap: let the reader move on at once
+            changed = self._changed
+            try:
+                await asyncio.wait_for(changed.wait(), timeout=remaining)
+            except TimeoutError:
+                return result
+
+    def offsets(self) -> dict[str, Any]:
+        return {
+            "log_start_offset": self.engine.log_start_offset,
+            "high_watermark": self.engine.high_watermark,
+            "last_stable_offset": self.engine.last_stable_offset,
+        }
+
+
+def _check_base64(text: str | None, index: int, field: str) -> None:
+    if text is None:
+        return
+    try:
+        binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        raise InvalidRecordError(f"record {index} {field} is not valid base64: {exc}") from exc

@@ -1,0 +1,128 @@
+"""The partitions this node leads, found on disk at start and created on request.
+
+Each partition is a directory ``<topic>-<partition>`` under the data directory. Creating
+one is idempotent and durable (the directory entry is fsynced) so a partition the
+coordinator was told exists survives a crash of the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from pathlib import Path
+
+from partition_service.log.engine import PartitionEngine
+from partition_service.log.log import LogConfig, fsync_directory
+from partition_service.partition import Limits, Partition
+from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, TOPIC_NAME_RE
+from sdk.protocol.errors import (
+    InvalidRequestError,
+    NotCoordinatorError,
+    UnknownTopicOrPartitionError,
+)
+
+log = logging.getLogger("eos.node.registry")
+
+
+def group_partition(group_id: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition that stores a group's offsets."""
+    return zlib.crc32(group_id.encode()) % partitions
+
+
+def directory_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_directory_name(name: str) -> tuple[str, int] | None:
+    topic, sep, number = name.rpartition("-")
+    if not sep or not number.isdigit() or not TOPIC_NAME_RE.match(topic):
+        return None
+    return topic, int(number)
+
+
+class PartitionRegistry:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        log_config: LogConfig,
+        fsync: bool,
+        checkpoint_interval_ms: int,
+        limits: Limits,
+        group_offset_partitions: int,
+    ) -> None:
+        self.data_dir = data_dir
+        self.log_config = log_config
+        self.fsync = fsync
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.limits = limits
+        self.group_offset_partitions = group_offset_partitions
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._create_lock = asyncio.Lock()
+
+    def load_all(self) -> int:
+        """Open every partition found on disk (recovering each); returns how many."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for path in sorted(self.data_dir.iterdir()):
+            parsed = parse_directory_name(path.name) if path.is_dir() else None
+            if parsed is None:
+                continue
+            self.partitions[parsed] = self._open(path, *parsed)
+        return len(self.partitions)
+
+    def _open(self, path: Path, topic: str, index: int) -> Partition:
+        engine = PartitionEngine(path, topic, index, self.log_config)
+        engine.open()
+        if engine.log.recovered_batches:
+            log.info(
+                "recovered %s-%d: %d batches replayed, log end %d",
+                topic,
+                index,
+                engine.log.recovered_batches,
+                engine.log_end_offset,
+            )
+        return Partition(
+            engine,
+            fsync=self.fsync,
+            checkpoint_interval_ms=self.checkpoint_interval_ms,
+            limits=self.limits,
+        )
+
+    def start(self) -> None:
+        for partition in self.partitions.values():
+            partition.start()
+
+    async def stop(self) -> None:
+        for partition in list(self.partitions.values()):
+            await partition.stop()
+
+    async def create(self, topic: str, index: int) -> bool:
+        """Create a partition here; False if it existed already."""
+        if not TOPIC_NAME_RE.match(topic):
+            raise InvalidRequestError(f"invalid topic name {topic!r}")
+        async with self._create_lock:
+            if (topic, index) in self.partitions:
+                return False
+            path = self.data_dir / directory_name(topic, index)
+            partition = self._open(path, topic, index)
+            fsync_directory(self.data_dir)
+            self.partitions[(topic, index)] = partition
+            partition.start()
+            return True
+
+    def get(self, topic: str, index: int) -> Partition:
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            raise UnknownTopicOrPartitionError(f"partition {topic}-{index} is not on this node")
+        return partition
+
+    def group_coordinator(self, group_id: str) -> Partition:
+        index = group_partition(group_id, self.group_offset_partitions)
+        partition = self.partitions.get((CONSUMER_OFFSETS_TOPIC, index))
+        if partition is None:
+            raise NotCoordinatorError(
+                f"group {group_id!r} is stored in {CONSUMER_OFFSETS_TOPIC}-{index}, "
+                "which is not on this node"
+            )
+        return partition

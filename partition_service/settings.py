@@ -1,0 +1,38 @@
+"""Settings of a storage node: every field is an ``EOS_`` environment variable and a flag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class NodeSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="EOS_", extra="ignore")
+
+    node_id: int = Field(default=1, ge=0, description="This node's id in the cluster.")
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=9091, ge=0, le=65535, description="Port to listen on.")
+    data_dir: Path = Field(default=Path("./data/node-1"), description="Where partitions live.")
+    internal_token: str | None = Field(
+        default=None, description="Token coordinators present on /internal endpoints."
+    )
+    coordinator_url: str | None = Field(
+        default=None, description="Any coordinator, asked to verify transactional batches."
+    )
+    txn_verification: Literal["coordinator", "off"] = Field(
+        default="coordinator",
+        description="'off' accepts transactional batches unverified (a node run alone).",
+    )
+    fsync: bool = Field(
+        default=True, description="Acknowledge produces only after fsync (group commit)."
+    )
+    segment_bytes: int = Field(default=64 * 1024 * 1024, ge=4096, le=1024**3)
+    index_interval_bytes: int = Field(default=4096, ge=64)
+    checkpoint_interval_ms: int = Field(default=5000, ge=10)
+    max_record_bytes: int = Field(default=1024 * 1024, ge=1)
+    max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    group_offset_partitions: int = Field(default=50, ge=1, le=1000)
+    log_level: str = Field(default="info")
