@@ -201,8 +201,9 @@ class PartitionEngine:
         """Write a COMMIT/ABORT control batch; returns its offset (None: nothing to do)."""
         self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
         if self.producers.marker_is_noop(producer_id, producer_epoch):
-            entry = self.producers.producers[producer_id]
-            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+            entry = self.producers.producers.get(producer_id)
+            if entry is not None:
+                entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
             return None
         offset = self.log.next_offset
         frame = frames.encode(

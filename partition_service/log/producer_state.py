@@ -178,10 +178,14 @@ class ProducerStateManager:
             )
 
     def marker_is_noop(self, producer_id: int, epoch: int) -> bool:
-        """A marker that would change nothing: no open transaction and no newer epoch."""
+        """A marker that would change nothing: no open transaction and no newer epoch.
+
+        A producer with no state here never wrote to this partition; a late first batch
+        from it would need verification, which the coordinator refuses once fenced.
+        """
         entry = self.producers.get(producer_id)
         if entry is None:
-            return False
+            return True
         return entry.current_txn_first_offset is None and epoch <= entry.epoch
 
     # -- updates (from live appends and from replay alike) --------------------------------

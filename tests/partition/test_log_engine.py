@@ -1,0 +1,275 @@
+"""The log engine on its own: appends, idempotence, transactions, reads and recovery."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from partition_service.log.log import CHECKPOINT_FILE, LogConfig
+from sdk.protocol import errors
+from tests.partition.engine_support import NOW, SMALL, marker, open_engine, produce, values
+
+
+def test_appends_get_consecutive_offsets_and_read_back(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    first = produce(engine, ["a", "b", "c"])
+    second = produce(engine, ["d"])
+    assert (first.base_offset, first.last_offset) == (0, 2)
+    assert (second.base_offset, second.last_offset) == (3, 3)
+    assert values(engine, committed=False) == ["a", "b", "c", "d"]
+    assert values(engine, committed=False, start=2) == ["c", "d"]
+
+
+def test_records_are_invisible_until_durable(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    engine.append_data([("k", "v", None, NOW)], now_ms=NOW)
+    assert engine.high_watermark == 0
+    assert engine.read(0, max_records=10, max_bytes=1 << 20, read_committed=False).records == []
+    engine.mark_durable(engine.log_end_offset)
+    assert engine.high_watermark == 1
+
+
+def test_duplicate_batch_answers_first_offsets_and_writes_nothing(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    for i in range(7):
+        produce(engine, [f"v{i}a", f"v{i}b"], pid=5, epoch=0, seq=2 * i)
+    end = engine.log_end_offset
+    # each of the last five batches is recognised; the oldest ones are forgotten
+    again = produce(engine, ["x", "y"], pid=5, epoch=0, seq=12)
+    assert again.duplicate and (again.base_offset, again.last_offset) == (12, 13)
+    again = produce(engine, ["x", "y"], pid=5, epoch=0, seq=4)
+    assert again.duplicate and again.base_offset == 4
+    assert engine.log_end_offset == end
+    with pytest.raises(errors.OutOfOrderSequenceNumberError):
+        produce(engine, ["x", "y"], pid=5, epoch=0, seq=2)  # older than the last five
+
+
+def test_sequence_gap_is_refused(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    produce(engine, ["a"], pid=1, epoch=0, seq=0)
+    with pytest.raises(errors.OutOfOrderSequenceNumberError):
+        produce(engine, ["b"], pid=1, epoch=0, seq=2)
+    assert engine.log_end_offset == 1
+
+
+def test_unknown_producer_must_start_at_zero(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    with pytest.raises(errors.UnknownProducerIdError):
+        produce(engine, ["a"], pid=9, epoch=0, seq=3)
+
+
+def test_stale_epoch_fenced_and_new_epoch_restarts_at_zero(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    produce(engine, ["a", "b"], pid=1, epoch=1, seq=0)
+    with pytest.raises(errors.InvalidProducerEpochError):
+        produce(engine, ["c"], pid=1, epoch=0, seq=2)
+    with pytest.raises(errors.ProducerFencedError):
+        produce(engine, ["c"], pid=1, epoch=0, seq=2, txn=True)
+    with pytest.raises(errors.OutOfOrderSequenceNumberError):
+        produce(engine, ["c"], pid=1, epoch=2, seq=2)
+    assert not produce(engine, ["c"], pid=1, epoch=2, seq=0).duplicate
+
+
+def test_sequence_wraps_at_int_max(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    engine.producers.apply_data(3, 0, 2**31 - 3, 0, 0, NOW, transactional=False)
+    engine.producers.producers[3].batches[-1].last_seq = 2**31 - 2
+    produce(engine, ["a", "b"], pid=3, epoch=0, seq=2**31 - 1)  # seqs 2^31-1 and 0
+    assert engine.producers.producers[3].last_sequence == 0
+    produce(engine, ["c"], pid=3, epoch=0, seq=1)
+
+
+def test_lso_and_read_committed_with_commit_and_abort(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    produce(engine, ["plain"])
+    produce(engine, ["t1-a"], pid=1, epoch=0, seq=0, txn=True)
+    produce(engine, ["t2-a"], pid=2, epoch=0, seq=0, txn=True)
+    produce(engine, ["t1-b"], pid=1, epoch=0, seq=1, txn=True)
+    assert engine.last_stable_offset == 1
+    assert values(engine, committed=True) == ["plain"]
+    assert values(engine, committed=False) == ["plain", "t1-a", "t2-a", "t1-b"]
+    marker(engine, 2, 0, "ABORT")
+    assert engine.last_stable_offset == 1  # producer 1 is still open
+    marker(engine, 1, 0, "COMMIT")
+    assert engine.last_stable_offset == engine.high_watermark
+    assert values(engine, committed=True) == ["plain", "t1-a", "t1-b"]
+    assert "t2-a" in values(engine, committed=False)  # read_uncommitted sees aborted data
+
+
+def test_repeated_marker_is_harmless(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    produce(engine, ["a"], pid=1, epoch=0, seq=0, txn=True)
+    marker(engine, 1, 0, "COMMIT")
+    end = engine.log_end_offset
+    marker(engine, 1, 0, "COMMIT")
+    assert engine.log_end_offset == end
+    assert values(engine, committed=True) == ["a"]
+
+
+def test_marker_from_older_coordinator_epoch_is_fenced(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    produce(engine, ["a"], pid=1, epoch=0, seq=0, txn=True)
+    marker(engine, 1, 0, "COMMIT", coord_epoch=4)
+    produce(engine, ["b"], pid=1, epoch=0, seq=1, txn=True)
+    with pytest.raises(errors.TransactionCoordinatorFencedError):
+        marker(engine, 1, 0, "ABORT", coord_epoch=3)
+    assert engine.last_stable_offset < engine.high_watermark
+
+
+def test_fencing_marker_with_bumped_epoch_aborts_and_fences_zombie(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    produce(engine, ["zombie"], pid=1, epoch=0, seq=0, txn=True)
+    marker(engine, 1, 1, "ABORT")  # the coordinator bumped the epoch first
+    with pytest.raises(errors.ProducerFencedError):
+        produce(engine, ["late"], pid=1, epoch=0, seq=1, txn=True)
+    assert values(engine, committed=True) == []
+
+
+def test_non_transactional_batch_cannot_join_open_transaction(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    produce(engine, ["a"], pid=1, epoch=0, seq=0, txn=True)
+    with pytest.raises(errors.InvalidTxnStateError):
+        produce(engine, ["b"], pid=1, epoch=0, seq=1)
+
+
+def test_fetch_past_high_watermark_is_out_of_range(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    produce(engine, ["a"])
+    with pytest.raises(errors.OffsetOutOfRangeError):
+        engine.read(5, max_records=1, max_bytes=100, read_committed=False)
+    assert engine.read(1, max_records=1, max_bytes=100, read_committed=False).records == []
+
+
+def test_segments_roll_and_reads_cross_them(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    expected = []
+    for i in range(300):
+        produce(engine, [f"value-{i:04d}" * 3])
+        expected.append(f"value-{i:04d}" * 3)
+    assert len(engine.log.segments) > 3
+    assert values(engine, committed=False) == expected
+    assert values(engine, committed=False, start=257) == expected[257:]
+
+
+def test_fetch_starts_from_the_index_not_the_log_start(tmp_path: Path) -> None:
+    """The cost of a fetch does not depend on where the offset lies in the log."""
+    config = LogConfig(segment_bytes=1 << 30, index_interval_bytes=512)
+    engine = open_engine(tmp_path / "p", config)
+    for i in range(2000):
+        produce(engine, [f"v{i}" * 10])
+    segment = engine.log.active
+    for target in (10, 1000, 1999):
+        position = segment.position_for(target)
+        scanned = [h for h in segment.scan(position, verify=False) if h.base_offset <= target]
+        assert len(scanned) <= 1 + 512 // 40, f"scanned {len(scanned)} batches for {target}"
+
+
+def test_restart_replays_producer_state_and_transactions(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    produce(engine, ["a", "b"], pid=1, epoch=0, seq=0)
+    produce(engine, ["t"], pid=2, epoch=0, seq=0, txn=True)
+    produce(engine, ["u"], pid=3, epoch=0, seq=0, txn=True)
+    marker(engine, 3, 0, "ABORT")
+    engine.close()  # no checkpoint: everything is replayed
+
+    reopened = open_engine(tmp_path / "p")
+    assert reopened.log.recovered_batches == 4
+    assert produce(reopened, ["a", "b"], pid=1, epoch=0, seq=0).duplicate
+    assert reopened.last_stable_offset == 2  # producer 2 still open
+    marker(reopened, 2, 0, "COMMIT")
+    assert values(reopened, committed=True) == ["a", "b", "t"]
+
+
+def test_checkpoint_makes_restart_replay_only_the_tail(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    for i in range(50):
+        produce(engine, [f"v{i}"], pid=1, epoch=0, seq=i)
+    engine.write_checkpoint(engine.capture_checkpoint())
+    produce(engine, ["tail"], pid=1, epoch=0, seq=50)
+    engine.close()
+
+    reopened = open_engine(tmp_path / "p")
+    assert reopened.log.recovered_batches == 1
+    assert produce(reopened, ["tail"], pid=1, epoch=0, seq=50).duplicate
+    assert len(values(reopened, committed=False)) == 51
+
+
+def _fill(engine, n: int) -> list[str]:  # type: ignore[no-untyped-def]
+    out = []
+    for i in range(n):
+        out.append(f"r{i}")
+        produce(engine, [f"r{i}"], pid=1, epoch=0, seq=i)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_torn_tail_is_truncated_to_last_whole_batch(tmp_path: Path, seed: int) -> None:
+    engine = open_engine(tmp_path / "p")
+    written = _fill(engine, 120)
+    engine.close()
+    rng = random.Random(seed)
+    segments = sorted((tmp_path / "p").glob("*.log"))
+    victim = segments[-1] if seed % 2 else rng.choice(segments)
+    cut = rng.randrange(1, victim.stat().st_size)
+    with open(victim, "r+b") as f:
+        f.truncate(cut)
+    if seed % 3 == 0:
+        (tmp_path / "p" / CHECKPOINT_FILE).unlink(missing_ok=True)
+
+    reopened = open_engine(tmp_path / "p")
+    survived = values(reopened, committed=False)
+    assert survived == written[: len(survived)], "only a prefix of whole batches survives"
+    assert len(survived) < len(written)
+    # the producer state matches the surviving log: the next sequence is accepted
+    assert not produce(reopened, ["next"], pid=1, epoch=0, seq=len(survived)).duplicate
+
+
+def test_corrupt_bytes_in_tail_are_cut(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    written = _fill(engine, 30)
+    engine.close()
+    segment = sorted((tmp_path / "p").glob("*.log"))[-1]
+    size = segment.stat().st_size
+    with open(segment, "r+b") as f:
+        f.seek(size - 5)
+        f.write(b"\xff\xff\xff")
+    reopened = open_engine(tmp_path / "p")
+    assert values(reopened, committed=False) == written[:-1]
+
+
+def test_deleted_index_is_rebuilt(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "p")
+    written = _fill(engine, 200)
+    engine.write_checkpoint(engine.capture_checkpoint())
+    engine.close()
+    for index in (tmp_path / "p").glob("*.index"):
+        os.unlink(index)
+    reopened = open_engine(tmp_path / "p")
+    assert values(reopened, committed=False) == written
+    assert values(reopened, committed=False, start=150) == written[150:]
+
+
+def test_group_offsets_pending_until_marker(tmp_path: Path) -> None:
+    from partition_service.log.group_offsets import encode_offset_record
+
+    engine = open_engine(tmp_path / "o", SMALL, topic="__consumer_offsets")
+    assert engine.groups is not None
+    key, value = encode_offset_record("g", "in", 0, 42, None)
+    engine.append_data([(key, value, None, NOW)], now_ms=NOW, producer_id=7, producer_epoch=0,
+                       transactional=True)
+    assert engine.groups.has_pending("g") and engine.groups.offsets("g") == {}
+    engine.append_marker(7, 0, 0, "COMMIT", now_ms=NOW)
+    assert not engine.groups.has_pending("g")
+    assert engine.groups.offsets("g") == {("in", 0): (42, None)}
+    key, value = encode_offset_record("g", "in", 0, 99, None)
+    engine.append_data([(key, value, None, NOW)], now_ms=NOW, producer_id=7, producer_epoch=0,
+                       transactional=True)
+    engine.append_marker(7, 0, 0, "ABORT", now_ms=NOW)
+    engine.mark_durable(engine.log_end_offset)
+    engine.close()
+    reopened = open_engine(tmp_path / "o", SMALL, topic="__consumer_offsets")
+    assert reopened.groups is not None
+    assert reopened.groups.offsets("g") == {("in", 0): (42, None)}
