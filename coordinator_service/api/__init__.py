@@ -1,0 +1,1 @@
+"""HTTP routers of the coordinator: one module per group of endpoints of DESIGN.md §4."""

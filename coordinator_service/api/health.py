@@ -1,0 +1,37 @@
+"""``/healthz`` (the process answers), ``/readyz`` (its leases are taken and loaded) and
+``/metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from coordinator_service.api.deps import ServicesDep
+from sdk.protocol.common import Health
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
+async def readyz(services: ServicesDep) -> Health | JSONResponse:
+    leases = services.leases
+    if not leases.ready or leases.loading:
+        return JSONResponse(status_code=503, content={"status": "loading"})
+    return Health(status="ready")
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(services: ServicesDep) -> Response:
+    services.metrics.refresh(
+        open_transactions=services.coordinator.open_transactions(),
+        queue_depth=services.markers.queue_depth(),
+        oldest_ms=services.markers.oldest_age_ms(),
+        owned=len(services.leases.owned),
+    )
+    return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,50 @@
+"""Internal endpoints, for storage nodes only (internal token required).
+
+``GET /internal/v1/producers/{producer_id}/transaction`` is KIP-890's verification: before a
+node opens a transaction for a producer on a partition it asks whether that partition was
+added. Every add-partitions is durable before it is acknowledged, so any instance can answer
+straight from the database, with no routing to the owner.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, FastAPI, Path
+
+from coordinator_service.api.deps import ServicesDep
+from sdk.protocol.common import TopicPartition
+from sdk.protocol.coordinator import ProducerTransactionView
+from sdk.protocol.errors import UnknownProducerIdError
+from sdk.protocol.server import error_responses, internal_token_checker
+
+
+def build_router(internal_token: str | None) -> APIRouter:
+    router = APIRouter(
+        prefix="/internal/v1",
+        tags=["internal"],
+        dependencies=[Depends(internal_token_checker(internal_token))],
+    )
+
+    @router.get(
+        "/producers/{producer_id}/transaction",
+        response_model=ProducerTransactionView,
+        responses=error_responses("UNKNOWN_PRODUCER_ID", "UNAUTHENTICATED"),
+    )
+    async def producer_transaction(
+        services: ServicesDep, producer_id: int = Path(ge=0)
+    ) -> ProducerTransactionView:
+        rec = await services.db.run(services.store.find_by_producer, producer_id)
+        if rec is None:
+            raise UnknownProducerIdError(f"no transactional id has producer id {producer_id}")
+        return ProducerTransactionView(
+            producer_id=rec.producer_id,
+            producer_epoch=rec.producer_epoch,
+            transactional_id=rec.transactional_id,
+            state=rec.state,
+            partitions=[TopicPartition(topic=t, partition=p) for t, p in rec.partitions],
+        )
+
+    return router
+
+
+def install(app: FastAPI, internal_token: str | None) -> None:
+    app.include_router(build_router(internal_token))

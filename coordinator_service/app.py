@@ -1,0 +1,148 @@
+"""``create_app(settings)``: the coordinator's FastAPI application.
+
+The lifespan owns everything with a life of its own and stops it in reverse order: the
+database engine (migrated with Alembic first, unless told not to), the HTTP client for the
+storage nodes, the marker channel, the leases and the background loops (lease renewal,
+expiry scan, partition reconciler). Clocks and the node transport are parameters, so tests
+drive time by hand and can stand in for storage nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import anyio
+import httpx
+from fastapi import FastAPI
+
+from coordinator_service.api import admin, health, internal, metadata, transactions
+from coordinator_service.clock import Clock, SystemClock
+from coordinator_service.db.engine import Database, make_engine, upgrade
+from coordinator_service.expiry import ExpiryScanner
+from coordinator_service.leases import LeaseManager
+from coordinator_service.markers import MarkerChannel
+from coordinator_service.metadata import Metadata, bootstrap
+from coordinator_service.metrics import CoordinatorMetrics
+from coordinator_service.producer_ids import ProducerIdManager
+from coordinator_service.services import Services
+from coordinator_service.settings import CoordinatorSettings
+from coordinator_service.transactions.lifecycle import TransactionCoordinator
+from coordinator_service.transactions.store import TransactionStore
+from sdk.protocol.server import install_error_handlers
+
+log = logging.getLogger("eos.coordinator")
+
+
+def create_app(
+    settings: CoordinatorSettings,
+    *,
+    clock: Clock | None = None,
+    lease_clock: Clock | None = None,
+    node_transport: httpx.AsyncBaseTransport | None = None,
+    background: bool = True,
+) -> FastAPI:
+    """Build the app. ``background=False`` leaves the periodic loops off (tests call
+    ``services.expiry.run_once()`` and ``services.leases.run_round()`` themselves)."""
+    txn_clock = clock or SystemClock()
+    leases_clock = lease_clock or SystemClock()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.effective_database_url, pool_size=settings.db_pool_size)
+        if settings.migrate_on_start:
+            await anyio.to_thread.run_sync(upgrade, engine)
+        db = Database(engine, threads=settings.db_pool_size)
+        nodes = settings.node_urls
+        cluster_id, node_id = await db.run(
+            bootstrap, sorted(nodes), settings.group_offset_partitions, settings.instance_id,
+            settings.effective_public_url, txn_clock.now_ms(),
+        )
+        http = httpx.AsyncClient(
+            transport=node_transport,
+            timeout=settings.node_timeout_ms / 1000,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+        )
+        metrics = CoordinatorMetrics()
+        md = Metadata(
+            db, nodes=nodes, client=http, internal_token=settings.internal_token,
+            clock=txn_clock, reconcile_interval_ms=settings.reconcile_interval_ms,
+            offsets_partitions=settings.group_offset_partitions,
+        )
+        md.cluster_id = cluster_id
+        await md.refresh()
+        store = TransactionStore(db.dialect)
+        pids = ProducerIdManager(
+            db, owner=settings.instance_id, block_size=settings.producer_id_block_size,
+            clock=txn_clock,
+        )
+        markers = MarkerChannel(
+            nodes=nodes, client=http, internal_token=settings.internal_token, clock=txn_clock,
+            backoff_max_ms=settings.marker_backoff_max_ms,
+            batch_partitions=settings.marker_batch_partitions,
+        )
+        coordinator = TransactionCoordinator(
+            db=db, store=store, markers=markers, producer_ids=pids, metadata=md,
+            metrics=metrics, clock=txn_clock, lease_clock=leases_clock,
+            log_partitions=settings.txn_log_partitions,
+            max_timeout_ms=settings.max_transaction_timeout_ms,
+            init_wait_ms=settings.init_wait_ms,
+        )
+        leases = LeaseManager(
+            db, instance_id=settings.instance_id, url=settings.effective_public_url,
+            node_id=node_id, partitions=settings.txn_log_partitions,
+            lease_ms=settings.lease_ms, renew_interval_ms=settings.lease_renew_interval_ms,
+            clock=leases_clock, on_acquired=coordinator.load, on_lost=coordinator.unload,
+        )
+        coordinator.leases = leases
+        expiry = ExpiryScanner(
+            coordinator, clock=txn_clock, interval_ms=settings.expiry_scan_interval_ms,
+            expiration_ms=settings.transactional_id_expiration_ms,
+        )
+        app.state.services = Services(
+            settings=settings, clock=txn_clock, lease_clock=leases_clock, db=db, store=store,
+            http=http, metadata=md, producer_ids=pids, markers=markers,
+            coordinator=coordinator, leases=leases, expiry=expiry, metrics=metrics,
+            node_id=node_id,
+        )
+        markers.start(coordinator.complete_jobs)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await leases.start()
+            tasks.append(asyncio.create_task(md.run_reconciler(), name="reconciler"))
+            if background:
+                tasks.append(asyncio.create_task(leases.run_forever(), name="leases"))
+                tasks.append(asyncio.create_task(expiry.run_forever(), name="expiry"))
+            log.info(
+                "coordinator %s (node id %d) ready at %s, owning %d log partitions",
+                settings.instance_id, node_id, settings.effective_public_url,
+                len(leases.owned),
+            )
+            yield
+        finally:
+            for task in reversed(tasks):
+                task.cancel()
+            for task in reversed(tasks):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await markers.stop()
+            with contextlib.suppress(Exception):
+                await leases.release_all()
+            await http.aclose()
+            db.dispose()
+
+    app = FastAPI(
+        title="EOS transaction coordinator",
+        version="0.1.0",
+        description="Kafka's transactional producer lifecycle over HTTP (DESIGN.md §4).",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(metadata.router)
+    app.include_router(admin.router)
+    app.include_router(transactions.router)
+    internal.install(app, settings.internal_token)
+    return app

@@ -1,0 +1,1 @@
+"""The coordinator's database: table definitions, engine setup and migrations."""

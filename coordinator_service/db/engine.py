@@ -1,0 +1,112 @@
+"""Engine setup, migrations and the one place where database transactions begin and end.
+
+``Database.run(fn, ...)`` is the transaction owner of the coordinator: it opens a
+transaction, calls ``fn(conn, ...)`` (repositories only execute statements on that
+connection, they never commit) and commits when ``fn`` returns. It runs on a worker thread
+so the event loop keeps serving while PostgreSQL syncs its log.
+
+SQLite is the single-instance default. It serialises writers with a file lock, so every
+transaction there starts with ``BEGIN IMMEDIATE``: a deferred transaction that later tries
+to write can deadlock against another one holding a read lock.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import anyio
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import Connection, Engine
+
+import migrations
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def make_engine(url: str, *, pool_size: int = 16) -> Engine:
+    """An engine for ``url``, tuned for the coordinator's short write transactions."""
+    if is_sqlite(url):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=pool_size,
+            max_overflow=0,
+        )
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return sa.create_engine(
+        url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True, pool_recycle=1800
+    )
+
+
+def alembic_config(url: str | None = None) -> Config:
+    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if url:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """``alembic upgrade head`` on ``engine``: the only way the schema is made or changed."""
+    cfg = alembic_config()
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # Several coordinators may start at once: let one migrate, the others wait.
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(4242)")
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+class Database:
+    """The engine plus a bounded pool of worker threads that run transactions on it."""
+
+    def __init__(self, engine: Engine, *, threads: int) -> None:
+        self.engine = engine
+        self._limiter = anyio.CapacityLimiter(threads)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def transaction(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(conn, *args)`` in one database transaction, on the calling thread."""
+        with self.engine.begin() as conn:
+            return fn(conn, *args)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(conn, *args)`` in one database transaction, on a worker thread."""
+        call = functools.partial(self.transaction, fn, *args)
+        return await anyio.to_thread.run_sync(call, limiter=self._limiter)
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,92 @@
+"""The coordinator's tables, as SQLAlchemy Core objects for building statements.
+
+The schema itself is created and changed only by the Alembic migrations in
+``migrations/versions``; these definitions must match them (a test compares the two). Core
+rather than the ORM: every write here is a single conditional statement whose WHERE clause
+carries the lease check, which the unit-of-work model would only get in the way of.
+
+Times are integer milliseconds since the epoch, read from the injected clocks, so a fake
+clock drives timeouts and lease expiry in tests exactly as wall time does in production.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+cluster = sa.Table(
+    "cluster",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("cluster_id", sa.String(64), nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+)
+
+# One row per coordinator process ever started: gives each a small integer (the node_id of
+# FindCoordinator answers) without asking operators to number them.
+coordinator_instances = sa.Table(
+    "coordinator_instances",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("instance_id", sa.String(64), nullable=False, unique=True),
+    sa.Column("url", sa.String(512), nullable=False),
+    sa.Column("started_ms", sa.BigInteger, nullable=False),
+)
+
+leases = sa.Table(
+    "leases",
+    metadata,
+    sa.Column("log_partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("owner", sa.String(64), nullable=True),
+    sa.Column("owner_url", sa.String(512), nullable=True),
+    sa.Column("owner_node_id", sa.Integer, nullable=True),
+    sa.Column("coordinator_epoch", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("expires_at_ms", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+producer_id_blocks = sa.Table(
+    "producer_id_blocks",
+    metadata,
+    sa.Column("block_start", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("block_end", sa.BigInteger, nullable=False),
+    sa.Column("owner", sa.String(64), nullable=False),
+    sa.Column("allocated_ms", sa.BigInteger, nullable=False),
+)
+
+topics = sa.Table(
+    "topics",
+    metadata,
+    sa.Column("name", sa.String(249), primary_key=True),
+    sa.Column("partitions", sa.Integer, nullable=False),
+    sa.Column("internal", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+)
+
+topic_partitions = sa.Table(
+    "topic_partitions",
+    metadata,
+    sa.Column("topic", sa.String(249), sa.ForeignKey("topics.name"), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("node_id", sa.Integer, nullable=False),
+    sa.Column("created_on_node", sa.Boolean, nullable=False, server_default=sa.false()),
+)
+
+transactions = sa.Table(
+    "transactions",
+    metadata,
+    sa.Column("transactional_id", sa.String(249), primary_key=True),
+    sa.Column("txn_log_partition", sa.Integer, nullable=False, index=True),
+    sa.Column("producer_id", sa.BigInteger, nullable=False, index=True),
+    sa.Column("producer_epoch", sa.Integer, nullable=False),
+    sa.Column("last_producer_id", sa.BigInteger, nullable=False),
+    sa.Column("last_producer_epoch", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("timeout_ms", sa.Integer, nullable=False),
+    sa.Column("txn_start_ms", sa.BigInteger, nullable=True),
+    sa.Column("last_update_ms", sa.BigInteger, nullable=False),
+    # [[topic, partition], ...] and [group, ...], as JSON text (portable to SQLite).
+    sa.Column("partitions", sa.Text, nullable=False),
+    sa.Column("groups", sa.Text, nullable=False),
+    sa.Column("coordinator_epoch", sa.Integer, nullable=False),
+)

@@ -1,0 +1,87 @@
+"""Prometheus metrics of one coordinator instance, on a registry of its own.
+
+A registry per app (not the process-global one) so that several apps in one test process do
+not collide. Counters carry totals; the ``*_per_second`` gauges are a convenience for people
+reading ``/metrics`` by eye and are computed over the last ten seconds at scrape time.
+Gauges that describe the current state (open transactions, marker queue) are set just before
+each scrape by ``refresh``.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+from sdk.protocol.states import TransactionState
+
+WINDOW_S = 10.0
+
+
+class CoordinatorMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.commits = Counter(
+            "eos_coordinator_commits", "Transactions completed with a commit.", registry=r
+        )
+        self.aborts = Counter(
+            "eos_coordinator_aborts", "Transactions completed with an abort.", registry=r
+        )
+        self.timeouts = Counter(
+            "eos_coordinator_timeouts", "Transactions aborted for exceeding their timeout.",
+            registry=r,
+        )
+        self.transitions = Counter(
+            "eos_coordinator_transitions", "Durable state transitions.", ["to"], registry=r
+        )
+        self.open_transactions = Gauge(
+            "eos_coordinator_open_transactions",
+            "Transactions Ongoing or Prepare* on this instance.", registry=r,
+        )
+        self.commit_rate = Gauge(
+            "eos_coordinator_commits_per_second", "Commits over the last 10 s.", registry=r
+        )
+        self.abort_rate = Gauge(
+            "eos_coordinator_aborts_per_second", "Aborts over the last 10 s.", registry=r
+        )
+        self.marker_queue_depth = Gauge(
+            "eos_coordinator_marker_queue_depth",
+            "Partitions still waiting for a transaction marker.", registry=r,
+        )
+        self.marker_queue_age = Gauge(
+            "eos_coordinator_marker_queue_oldest_age_seconds",
+            "Age of the oldest transaction whose markers are not all written.", registry=r,
+        )
+        self.owned_partitions = Gauge(
+            "eos_coordinator_owned_log_partitions",
+            "Transaction-log partitions this instance holds the lease of.", registry=r,
+        )
+        self._recent: collections.deque[tuple[float, bool]] = collections.deque()
+
+    def transition(self, _old: TransactionState | None, new: TransactionState) -> None:
+        self.transitions.labels(to=new.value).inc()
+        if new is TransactionState.COMPLETE_COMMIT:
+            self.commits.inc()
+            self._recent.append((time.monotonic(), True))
+        elif new is TransactionState.COMPLETE_ABORT:
+            self.aborts.inc()
+            self._recent.append((time.monotonic(), False))
+
+    def refresh(
+        self, *, open_transactions: int, queue_depth: int, oldest_ms: int, owned: int
+    ) -> None:
+        horizon = time.monotonic() - WINDOW_S
+        while self._recent and self._recent[0][0] < horizon:
+            self._recent.popleft()
+        commits = sum(1 for _, committed in self._recent if committed)
+        self.commit_rate.set(commits / WINDOW_S)
+        self.abort_rate.set((len(self._recent) - commits) / WINDOW_S)
+        self.open_transactions.set(open_transactions)
+        self.marker_queue_depth.set(queue_depth)
+        self.marker_queue_age.set(oldest_ms / 1000)
+        self.owned_partitions.set(owned)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

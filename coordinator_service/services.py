@@ -1,0 +1,37 @@
+"""The parts of a running coordinator, wired together once by the app's lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from coordinator_service.clock import Clock
+from coordinator_service.db.engine import Database
+from coordinator_service.expiry import ExpiryScanner
+from coordinator_service.leases import LeaseManager
+from coordinator_service.markers import MarkerChannel
+from coordinator_service.metadata import Metadata
+from coordinator_service.metrics import CoordinatorMetrics
+from coordinator_service.producer_ids import ProducerIdManager
+from coordinator_service.settings import CoordinatorSettings
+from coordinator_service.transactions.lifecycle import TransactionCoordinator
+from coordinator_service.transactions.store import TransactionStore
+
+
+@dataclass
+class Services:
+    settings: CoordinatorSettings
+    clock: Clock
+    lease_clock: Clock
+    db: Database
+    store: TransactionStore
+    http: httpx.AsyncClient
+    metadata: Metadata
+    producer_ids: ProducerIdManager
+    markers: MarkerChannel
+    coordinator: TransactionCoordinator
+    leases: LeaseManager
+    expiry: ExpiryScanner
+    metrics: CoordinatorMetrics
+    node_id: int

@@ -1,0 +1,90 @@
+"""Settings of a coordinator instance: pydantic-settings read from ``EOS_*`` variables.
+
+Every field is also a flag of ``eos coordinator`` (cli.py builds the flags from this model),
+so an operator can move a value between the environment and the command line freely.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def parse_nodes(spec: str) -> dict[int, str]:
+    """``"1=http://h:9091,2=http://h:9092"`` -> ``{1: "http://h:9091", 2: ...}``."""
+    nodes: dict[int, str] = {}
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        node_id, sep, url = item.partition("=")
+        if not sep or not node_id.strip().isdigit() or not url.strip():
+            raise ValueError(f"bad node entry {item!r}: expected ID=URL")
+        nodes[int(node_id)] = url.strip().rstrip("/")
+    return nodes
+
+
+class CoordinatorSettings(BaseSettings):
+    """One coordinator instance. Defaults follow Kafka where Kafka has one (DESIGN.md §5)."""
+
+    model_config = SettingsConfigDict(env_prefix="EOS_", extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Interface to listen on.")
+    port: int = Field(default=8080, description="Port to listen on.")
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL (postgresql+psycopg://...). Default: SQLite in the data dir.",
+    )
+    data_dir: Path = Field(default=Path("data/coordinator"), description="Directory for SQLite.")
+    nodes: str = Field(default="", description="Storage nodes: 1=http://host:9091,2=...")
+    internal_token: str | None = Field(default=None, description="Token of internal calls.")
+    public_url: str | None = Field(
+        default=None, description="URL clients use to reach this instance (NOT_COORDINATOR)."
+    )
+    instance_id: str = Field(
+        default_factory=lambda: uuid.uuid4().hex, description="Unique name of this instance."
+    )
+    txn_log_partitions: int = Field(default=50, ge=1, le=1000)
+    group_offset_partitions: int = Field(default=50, ge=1, le=1000)
+    producer_id_block_size: int = Field(default=1000, ge=1)
+    max_transaction_timeout_ms: int = Field(default=900_000, ge=1)
+    transactional_id_expiration_ms: int = Field(default=604_800_000, ge=1)
+    expiry_scan_interval_ms: int = Field(default=10_000, ge=1)
+    lease_ms: int = Field(default=10_000, ge=100, description="Lease on a txn-log partition.")
+    init_wait_ms: int = Field(
+        default=2_000, ge=0, description="How long init waits for a fenced abort to complete."
+    )
+    marker_backoff_max_ms: int = Field(default=2_000, ge=1)
+    marker_batch_partitions: int = Field(default=1_000, ge=1)
+    node_timeout_ms: int = Field(default=5_000, ge=1)
+    reconcile_interval_ms: int = Field(default=2_000, ge=10)
+    db_pool_size: int = Field(default=16, ge=1)
+    migrate_on_start: bool = Field(default=True, description="Run alembic upgrade on start.")
+    log_level: str = Field(default="info")
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes_parse(cls, value: str) -> str:
+        parse_nodes(value)
+        return value
+
+    @property
+    def node_urls(self) -> dict[int, str]:
+        return parse_nodes(self.nodes)
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'coordinator.db').resolve()}"
+
+    @property
+    def effective_public_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def lease_renew_interval_ms(self) -> int:
+        return max(self.lease_ms // 3, 50)

@@ -1,0 +1,1 @@
+"""Transactional ids: their records, the rules over them, their storage and lifecycle."""

@@ -1,0 +1,448 @@
+"""The transaction coordinator proper: init, add partitions/offsets, commit and abort.
+
+Kafka's model: the owner of a transaction-log partition keeps every record of that
+partition in memory and serialises the requests of each transactional id through a lock.
+A request reads the cached record, asks ``state.py``/``decide`` for the next one, makes it
+durable with a lease-fenced write (``store.py``) and only then updates the cache and
+answers — prepare, durable write, complete. A write that matches no row means the lease has
+moved on: the partition is dropped here and the client is told NOT_COORDINATOR.
+
+Commit and abort write Prepare*, hand the markers to the channel and answer (or, with
+``wait_for_markers``, wait for Complete*). ``init`` on an Ongoing transaction fences its
+producer by writing PrepareAbort at epoch + 1, waits a little for that abort to complete and
+then bumps the epoch for the new producer; if the abort takes longer it answers
+CONCURRENT_TRANSACTIONS and the client retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from coordinator_service.clock import Clock
+from coordinator_service.db.engine import Database
+from coordinator_service.leases import LeaseManager
+from coordinator_service.markers import MarkerChannel, MarkerJob
+from coordinator_service.metadata import Metadata
+from coordinator_service.metrics import CoordinatorMetrics
+from coordinator_service.producer_ids import ProducerIdManager
+from coordinator_service.transactions import state as st
+from coordinator_service.transactions.state import TopicPartitionKey, TxnRecord
+from coordinator_service.transactions.store import LeaseToken, TransactionStore
+from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC
+from sdk.protocol.coordinator import (
+    AddOffsetsRequest,
+    AddPartitionsRequest,
+    InitTransactionsRequest,
+    PartitionResult,
+)
+from sdk.protocol.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    NotCoordinatorError,
+    TransactionalIdNotFoundError,
+)
+from sdk.protocol.node import MarkerResult
+from sdk.protocol.states import Outcome, TransactionState, TxnEvent, decide
+
+log = logging.getLogger("eos.coordinator.transactions")
+
+# (transactional id, from state or None for a new id, to state, producer epoch)
+TransitionListener = Callable[[str, TransactionState | None, TransactionState, int], None]
+
+
+class TransactionCoordinator:
+    """Owns the cached records of the leased log partitions and every change to them."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        store: TransactionStore,
+        markers: MarkerChannel,
+        producer_ids: ProducerIdManager,
+        metadata: Metadata,
+        metrics: CoordinatorMetrics,
+        clock: Clock,
+        lease_clock: Clock,
+        log_partitions: int,
+        max_timeout_ms: int,
+        init_wait_ms: int,
+    ) -> None:
+        self._db = db
+        self._store = store
+        self.markers = markers
+        self._pids = producer_ids
+        self._metadata = metadata
+        self._metrics = metrics
+        self._clock = clock
+        self._lease_clock = lease_clock
+        self._log_partitions = log_partitions
+        self._max_timeout_ms = max_timeout_ms
+        self._init_wait_s = init_wait_ms / 1000
+        self.leases: LeaseManager | None = None  # set by the app once both exist
+        self.cache: dict[int, dict[str, TxnRecord]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.listeners: list[TransitionListener] = []
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def partition_of(self, transactional_id: str) -> int:
+        return st.txn_log_partition(transactional_id, self._log_partitions)
+
+    def _lock(self, transactional_id: str) -> asyncio.Lock:
+        lock = self._locks.get(transactional_id)
+        if lock is None:
+            lock = self._locks[transactional_id] = asyncio.Lock()
+        return lock
+
+    async def _owned(self, transactional_id: str) -> tuple[LeaseToken, dict[str, TxnRecord]]:
+        assert self.leases is not None
+        token = await self.leases.require(self.partition_of(transactional_id))
+        return token, self.cache.setdefault(token.log_partition, {})
+
+    def _emit(self, tid: str, old: TransactionState | None, new: TxnRecord) -> None:
+        if old is not new.state:
+            self._announce(tid, old, new.state, new.producer_epoch)
+
+    def _announce(
+        self, tid: str, old: TransactionState | None, new: TransactionState, epoch: int
+    ) -> None:
+        self._metrics.transition(old, new)
+        for listener in self.listeners:
+            listener(tid, old, new, epoch)
+
+    async def _write(self, old: TxnRecord | None, new: TxnRecord, token: LeaseToken) -> None:
+        """Make ``new`` durable under ``token``, then cache it (the only path to a change)."""
+        new = new.replace(coordinator_epoch=token.coordinator_epoch)
+        now = self._lease_clock.now_ms()
+        write = self._store.insert if old is None else self._store.update
+        if not await self._db.run(write, new, token, now):
+            await self._lost(token)
+        self.cache.setdefault(token.log_partition, {})[new.transactional_id] = new
+        self._emit(new.transactional_id, old.state if old else None, new)
+
+    async def _lost(self, token: LeaseToken) -> None:
+        assert self.leases is not None
+        await self.leases.drop(token.log_partition)
+        raise NotCoordinatorError(
+            f"lease on transaction log partition {token.log_partition} was lost"
+        )
+
+    def _job_for(self, rec: TxnRecord, token: LeaseToken) -> MarkerJob:
+        pending: dict[int, set[TopicPartitionKey]] = {}
+        for topic, partition in rec.partitions:
+            node = self._metadata.cached_leader(topic, partition)
+            if node is not None:
+                pending.setdefault(node, set()).add((topic, partition))
+        result = (
+            MarkerResult.COMMIT
+            if rec.state is TransactionState.PREPARE_COMMIT
+            else MarkerResult.ABORT
+        )
+        job = MarkerJob(
+            transactional_id=rec.transactional_id,
+            token=token,
+            producer_id=rec.producer_id,
+            producer_epoch=rec.producer_epoch,
+            result=result,
+            pending=pending,
+            created_ms=self._clock.now_ms(),
+        )
+        return self.markers.submit(job)
+
+    def ensure_markers(self, rec: TxnRecord) -> MarkerJob | None:
+        """The marker job of a Prepare* record, queued again if it is not in flight."""
+        assert self.leases is not None
+        token = self.leases.token(rec.txn_log_partition)
+        if token is None or not rec.state.is_prepare:
+            return None
+        return self._job_for(rec, token)
+
+    # --- lease callbacks -----------------------------------------------------------------
+
+    async def load(self, token: LeaseToken) -> None:
+        """Take over a log partition: load its records and resume unfinished markers."""
+        records = await self._db.run(self._store.load_partition, token.log_partition)
+        await self._metadata.refresh()
+        self.cache[token.log_partition] = {r.transactional_id: r for r in records}
+        for rec in records:
+            if rec.state.is_prepare:
+                self._job_for(rec, token)
+
+    async def unload(self, log_partition: int) -> None:
+        self.cache.pop(log_partition, None)
+        self.markers.abandon(log_partition)
+
+    # --- init ----------------------------------------------------------------------------
+
+    async def init(self, tid: str, req: InitTransactionsRequest) -> tuple[int, int]:
+        if not 1 <= req.transaction_timeout_ms <= self._max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"transaction timeout {req.transaction_timeout_ms} ms is not within "
+                f"1..{self._max_timeout_ms} ms"
+            )
+        if (req.producer_id is None) != (req.producer_epoch is None):
+            raise InvalidProducerEpochError("give both producer_id and producer_epoch, or neither")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._init_wait_s
+        first = True
+        while True:
+            async with self._lock(tid):
+                token, records = await self._owned(tid)
+                rec = records.get(tid)
+                if rec is None:
+                    if req.producer_id is not None:
+                        raise InvalidProducerIdMappingError(
+                            f"transactional id {tid!r} has no producer {req.producer_id}"
+                        )
+                    pid = await self._pids.next_id()
+                    new = st.new_record(
+                        tid, token.log_partition, pid, req.transaction_timeout_ms,
+                        self._clock.now_ms(), token.coordinator_epoch,
+                    )
+                    await self._write(None, new, token)
+                    return new.producer_id, new.producer_epoch
+                if first and req.producer_id is not None:
+                    assert req.producer_epoch is not None
+                    if self._is_init_retry(rec, req.producer_id, req.producer_epoch):
+                        return rec.producer_id, rec.producer_epoch
+                    st.check_producer(rec, req.producer_id, req.producer_epoch)
+                first = False
+                decision = decide(rec.state, TxnEvent.INIT, last_decision_matches=False)
+                if decision.outcome is Outcome.BUMP_EPOCH:
+                    new_pid = await self._pids.next_id() if st.needs_new_producer_id(rec) else None
+                    new = st.bump_for_init(rec, self._clock.now_ms(), new_pid).replace(
+                        timeout_ms=req.transaction_timeout_ms
+                    )
+                    await self._write(rec, new, token)
+                    return new.producer_id, new.producer_epoch
+                if decision.outcome is Outcome.INVALID:
+                    raise InvalidTxnStateError(f"transactional id {tid!r} is {rec.state.value}")
+                job: MarkerJob | None
+                if decision.outcome is Outcome.FENCE_AND_ABORT:
+                    job = await self._fence(rec, token)
+                else:  # CONCURRENT: a Prepare* record is completing
+                    job = self.ensure_markers(rec)
+            remaining = deadline - loop.time()
+            if job is None or remaining <= 0:
+                raise ConcurrentTransactionsError(
+                    f"transactional id {tid!r} is completing its previous transaction"
+                )
+            try:
+                await asyncio.wait_for(asyncio.shield(job.done), remaining)
+            except TimeoutError:
+                raise ConcurrentTransactionsError(
+                    f"transactional id {tid!r} is completing its previous transaction"
+                ) from None
+
+    @staticmethod
+    def _is_init_retry(rec: TxnRecord, producer_id: int, producer_epoch: int) -> bool:
+        """KIP-360: an init naming the epoch this id had before its last bump is a retry
+        whose answer was lost; it gets the current id and epoch without another bump."""
+        return (
+            (producer_id, producer_epoch) == (rec.last_producer_id, rec.last_producer_epoch)
+            and rec.state is not TransactionState.ONGOING
+        )
+
+    async def _fence(self, rec: TxnRecord, token: LeaseToken) -> MarkerJob:
+        """Ongoing -> (PrepareEpochFence) -> PrepareAbort at epoch + 1, markers queued."""
+        fenced = st.fence_and_prepare_abort(rec, self._clock.now_ms())
+        self._announce(rec.transactional_id, rec.state, TransactionState.PREPARE_EPOCH_FENCE,
+                       rec.producer_epoch)
+        await self._write(rec.replace(state=TransactionState.PREPARE_EPOCH_FENCE), fenced, token)
+        return self._job_for(fenced, token)
+
+    # --- add partitions / offsets --------------------------------------------------------
+
+    async def add_partitions(self, tid: str, req: AddPartitionsRequest) -> list[PartitionResult]:
+        results: list[PartitionResult] = []
+        valid: list[TopicPartitionKey] = []
+        for tp in req.partitions:
+            known = await self._metadata.leader(tp.topic, tp.partition) is not None
+            if known:
+                valid.append((tp.topic, tp.partition))
+            results.append(
+                PartitionResult(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    error=None if known else "UNKNOWN_TOPIC_OR_PARTITION",
+                )
+            )
+        if valid:
+            await self._add(tid, req.producer_id, req.producer_epoch, valid, [])
+        return results
+
+    async def add_offsets(self, tid: str, req: AddOffsetsRequest) -> None:
+        partition = st.group_offsets_partition(req.group_id, self._metadata.offsets_partitions)
+        await self._add(
+            tid, req.producer_id, req.producer_epoch,
+            [(CONSUMER_OFFSETS_TOPIC, partition)], [req.group_id],
+        )
+
+    async def _add(
+        self,
+        tid: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[TopicPartitionKey],
+        groups: list[str],
+    ) -> None:
+        async with self._lock(tid):
+            token, records = await self._owned(tid)
+            rec = self._existing(records, tid, producer_id)
+            st.check_producer(rec, producer_id, producer_epoch)
+            decision = decide(rec.state, TxnEvent.ADD, last_decision_matches=False)
+            if decision.outcome is Outcome.CONCURRENT:
+                raise ConcurrentTransactionsError(
+                    f"transactional id {tid!r} is completing its previous transaction "
+                    f"({rec.state.value})"
+                )
+            if decision.outcome is Outcome.INVALID:
+                raise InvalidTxnStateError(f"transactional id {tid!r} is {rec.state.value}")
+            if st.adds_nothing(rec, partitions, groups):
+                return
+            await self._write(rec, st.add_partitions(rec, partitions, groups,
+                                                     self._clock.now_ms()), token)
+
+    @staticmethod
+    def _existing(records: dict[str, TxnRecord], tid: str, producer_id: int) -> TxnRecord:
+        rec = records.get(tid)
+        if rec is None:
+            raise InvalidProducerIdMappingError(
+                f"transactional id {tid!r} is unknown (call init first); "
+                f"producer id {producer_id} is not mapped to it"
+            )
+        return rec
+
+    # --- commit / abort ------------------------------------------------------------------
+
+    async def end(
+        self, tid: str, producer_id: int, producer_epoch: int, *, commit: bool, wait: bool
+    ) -> TransactionState:
+        event = TxnEvent.COMMIT if commit else TxnEvent.ABORT
+        async with self._lock(tid):
+            token, records = await self._owned(tid)
+            rec = self._existing(records, tid, producer_id)
+            st.check_producer(rec, producer_id, producer_epoch)
+            decision = decide(rec.state, event, last_decision_matches=rec.decision is event)
+            job: MarkerJob | None = None
+            if decision.outcome is Outcome.TRANSITION:
+                new = st.prepare_end(rec, commit, self._clock.now_ms())
+                await self._write(rec, new, token)
+                job = self._job_for(new, token)
+                state = new.state
+            elif decision.outcome is Outcome.RETRY_SUCCESS:
+                job = self.ensure_markers(rec)
+                state = rec.state
+            elif decision.outcome is Outcome.CONCURRENT:
+                raise ConcurrentTransactionsError(
+                    f"transactional id {tid!r} is being fenced; retry"
+                )
+            else:
+                raise InvalidTxnStateError(
+                    f"cannot {event.value} transactional id {tid!r} in state {rec.state.value}"
+                )
+        if not wait or job is None:
+            return state
+        if not await asyncio.shield(job.done):
+            raise NotCoordinatorError(
+                f"this instance lost transactional id {tid!r} before its markers completed"
+            )
+        final = self.cache.get(token.log_partition, {}).get(tid)
+        return final.state if final is not None else state
+
+    async def complete_jobs(self, jobs: list[MarkerJob]) -> list[bool]:
+        """Write Complete* for jobs whose markers are all acknowledged, in one transaction."""
+        now = self._clock.now_ms()
+        writes: list[tuple[TxnRecord, LeaseToken]] = []
+        index: list[int] = []
+        results = [False] * len(jobs)
+        for i, job in enumerate(jobs):
+            rec = self.cache.get(job.token.log_partition, {}).get(job.transactional_id)
+            if (
+                rec is None
+                or not rec.state.is_prepare
+                or rec.producer_id != job.producer_id
+                or rec.producer_epoch != job.producer_epoch
+            ):
+                continue
+            new = st.complete(rec, now).replace(coordinator_epoch=job.token.coordinator_epoch)
+            writes.append((new, job.token))
+            index.append(i)
+        if not writes:
+            return results
+        oks = await self._db.run(self._store.update_many, writes, self._lease_clock.now_ms())
+        lost: set[int] = set()
+        for (new, token), i, ok in zip(writes, index, oks, strict=True):
+            if not ok:
+                lost.add(token.log_partition)
+                continue
+            records = self.cache.get(token.log_partition)
+            if records is None:
+                continue
+            old = records.get(new.transactional_id)
+            records[new.transactional_id] = new
+            self._emit(new.transactional_id, old.state if old else None, new)
+            results[i] = True
+        assert self.leases is not None
+        for p in lost:
+            await self.leases.drop(p)
+        return results
+
+    # --- timeouts, expiry and admin ------------------------------------------------------
+
+    async def abort_timed_out(self, tid: str, now_ms: int) -> bool:
+        """Fence and abort an Ongoing transaction past its timeout (rechecked under lock)."""
+        async with self._lock(tid):
+            token, records = await self._owned(tid)
+            rec = records.get(tid)
+            if rec is None or not st.is_timed_out(rec, now_ms):
+                return False
+            log.info("aborting timed-out transaction of %r (epoch %d)", tid, rec.producer_epoch)
+            self._metrics.timeouts.inc()
+            await self._fence(rec, token)
+            return True
+
+    async def expire(self, tid: str, now_ms: int, expiration_ms: int) -> bool:
+        """Remove an id idle past ``transactional.id.expiration.ms`` (it becomes Dead)."""
+        async with self._lock(tid):
+            token, records = await self._owned(tid)
+            rec = records.get(tid)
+            if rec is None or not st.is_expired(rec, now_ms, expiration_ms):
+                return False
+            if not await self._db.run(self._store.delete, rec, token,
+                                      self._lease_clock.now_ms()):
+                await self._lost(token)
+            del records[tid]
+            self._locks.pop(tid, None)
+            dead = rec.replace(state=TransactionState.DEAD)
+            self._emit(tid, rec.state, dead)
+            return True
+
+    async def force_abort(self, tid: str) -> TransactionState:
+        """KIP-664: abort a hanging transaction and fence its producer."""
+        async with self._lock(tid):
+            token, records = await self._owned(tid)
+            rec = records.get(tid)
+            if rec is None:
+                raise TransactionalIdNotFoundError(f"unknown transactional id {tid!r}")
+            if rec.state is TransactionState.ONGOING:
+                await self._fence(rec, token)
+                return TransactionState.PREPARE_ABORT
+            if rec.state.is_prepare:
+                self.ensure_markers(rec)
+            return rec.state
+
+    def open_transactions(self) -> int:
+        return sum(
+            1
+            for records in self.cache.values()
+            for rec in records.values()
+            if rec.state is TransactionState.ONGOING or rec.state.is_prepare
+        )
+

@@ -1,0 +1,219 @@
+"""A transactional id's record and the pure rules that move it from state to state.
+
+Nothing here does I/O. The coordinator (``lifecycle.py``) asks these functions for the next
+record, makes it durable with a fenced write, and only then acknowledges. The table of
+legal moves is ``sdk.protocol.states.decide``; this module adds the producer checks (who
+may speak for the id) and the bookkeeping Kafka's ``TransactionMetadata`` carries (epochs,
+the previous producer id after a rollover, partitions, start time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from dataclasses import dataclass
+
+from sdk.protocol.common import MAX_PRODUCER_EPOCH
+from sdk.protocol.errors import (
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    ProducerFencedError,
+)
+from sdk.protocol.states import TransactionState, TxnEvent, decision_of
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
+TopicPartitionKey = tuple[str, int]
+
+
+def txn_log_partition(transactional_id: str, partitions: int) -> int:
+    """Which transaction-log partition (and so which lease) owns this id."""
+    return zlib.crc32(transactional_id.encode()) % partitions
+
+
+def group_offsets_partition(group_id: str, partitions: int) -> int:
+    """Which ``__consumer_offsets`` partition holds this group's offsets."""
+    return zlib.crc32(group_id.encode()) % partitions
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    """One row of the transaction log, immutable: each change makes a new record."""
+
+    transactional_id: str
+    txn_log_partition: int
+    producer_id: int
+    producer_epoch: int
+    last_producer_id: int
+    last_producer_epoch: int
+    state: TransactionState
+    timeout_ms: int
+    txn_start_ms: int | None
+    last_update_ms: int
+    partitions: tuple[TopicPartitionKey, ...]
+    groups: tuple[str, ...]
+    coordinator_epoch: int
+
+    def replace(self, **changes: object) -> TxnRecord:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def decision(self) -> TxnEvent | None:
+        return decision_of(self.state)
+
+
+def new_record(
+    transactional_id: str,
+    log_partition: int,
+    producer_id: int,
+    timeout_ms: int,
+    now_ms: int,
+    coordinator_epoch: int,
+) -> TxnRecord:
+    """The record ``init`` writes for an id seen for the first time."""
+    return TxnRecord(
+        transactional_id=transactional_id,
+        txn_log_partition=log_partition,
+        producer_id=producer_id,
+        producer_epoch=0,
+        last_producer_id=NO_PRODUCER_ID,
+        last_producer_epoch=NO_PRODUCER_EPOCH,
+        state=TransactionState.EMPTY,
+        timeout_ms=timeout_ms,
+        txn_start_ms=None,
+        last_update_ms=now_ms,
+        partitions=(),
+        groups=(),
+        coordinator_epoch=coordinator_epoch,
+    )
+
+
+def check_producer(record: TxnRecord, producer_id: int, producer_epoch: int) -> None:
+    """Refuse a request from anyone but the id's current producer (Kafka's checks).
+
+    An id from before an epoch rollover, or an older epoch, is a zombie: PRODUCER_FENCED.
+    Any other id is INVALID_PRODUCER_ID_MAPPING; a newer epoch than ours is
+    INVALID_PRODUCER_EPOCH (it cannot come from a well-behaved client).
+    """
+    if producer_id != record.producer_id:
+        if producer_id == record.last_producer_id:
+            raise ProducerFencedError(
+                f"producer id {producer_id} was replaced by {record.producer_id} "
+                f"for transactional id {record.transactional_id!r}"
+            )
+        raise InvalidProducerIdMappingError(
+            f"producer id {producer_id} does not belong to transactional id "
+            f"{record.transactional_id!r}"
+        )
+    if producer_epoch < record.producer_epoch:
+        raise ProducerFencedError(
+            f"epoch {producer_epoch} is older than the current epoch {record.producer_epoch} "
+            f"of transactional id {record.transactional_id!r}"
+        )
+    if producer_epoch > record.producer_epoch:
+        raise InvalidProducerEpochError(
+            f"epoch {producer_epoch} is newer than the current epoch {record.producer_epoch}"
+        )
+
+
+def needs_new_producer_id(record: TxnRecord) -> bool:
+    """Whether the next ``init`` bump would exhaust the epoch (then the id rolls over).
+
+    The top epoch is kept free so that a fence (timeout or a new ``init`` on an Ongoing
+    transaction) can still bump once more and carry that epoch on its abort markers.
+    """
+    return record.producer_epoch + 1 >= MAX_PRODUCER_EPOCH
+
+
+def bump_for_init(record: TxnRecord, now_ms: int, new_producer_id: int | None) -> TxnRecord:
+    """``init`` on an idle id: epoch + 1, or a new producer id at epoch 0 on rollover."""
+    if new_producer_id is not None:
+        return record.replace(
+            last_producer_id=record.producer_id,
+            last_producer_epoch=record.producer_epoch,
+            producer_id=new_producer_id,
+            producer_epoch=0,
+            last_update_ms=now_ms,
+        )
+    return record.replace(
+        last_producer_id=record.producer_id,
+        last_producer_epoch=record.producer_epoch,
+        producer_epoch=record.producer_epoch + 1,
+        last_update_ms=now_ms,
+    )
+
+
+def fence_and_prepare_abort(record: TxnRecord, now_ms: int) -> TxnRecord:
+    """Fence the Ongoing transaction's producer (epoch + 1) and decide to abort it.
+
+    The abort markers carry the new epoch, so every partition fences the old producer too.
+    """
+    epoch = min(record.producer_epoch + 1, MAX_PRODUCER_EPOCH)
+    return record.replace(
+        last_producer_id=record.producer_id,
+        last_producer_epoch=record.producer_epoch,
+        producer_epoch=epoch,
+        state=TransactionState.PREPARE_ABORT,
+        last_update_ms=now_ms,
+    )
+
+
+def add_partitions(
+    record: TxnRecord,
+    partitions: list[TopicPartitionKey],
+    groups: list[str],
+    now_ms: int,
+) -> TxnRecord:
+    """Add to the open transaction, starting one (and its timer) if none is open."""
+    if record.state.accepts_new_transaction:
+        current: tuple[TopicPartitionKey, ...] = ()
+        current_groups: tuple[str, ...] = ()
+        start: int | None = now_ms
+    else:
+        current, current_groups, start = record.partitions, record.groups, record.txn_start_ms
+    merged = tuple(sorted(set(current) | set(partitions)))
+    merged_groups = tuple(sorted(set(current_groups) | set(groups)))
+    return record.replace(
+        state=TransactionState.ONGOING,
+        partitions=merged,
+        groups=merged_groups,
+        txn_start_ms=start,
+        last_update_ms=now_ms,
+    )
+
+
+def adds_nothing(record: TxnRecord, partitions: list[TopicPartitionKey], groups: list[str]) -> bool:
+    """An add that repeats what the Ongoing transaction has already: no write needed."""
+    return (
+        record.state is TransactionState.ONGOING
+        and set(partitions) <= set(record.partitions)
+        and set(groups) <= set(record.groups)
+    )
+
+
+def prepare_end(record: TxnRecord, commit: bool, now_ms: int) -> TxnRecord:
+    target = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
+    return record.replace(state=target, last_update_ms=now_ms)
+
+
+def complete(record: TxnRecord, now_ms: int) -> TxnRecord:
+    """Prepare* -> Complete* once every partition has its marker."""
+    target = (
+        TransactionState.COMPLETE_COMMIT
+        if record.state is TransactionState.PREPARE_COMMIT
+        else TransactionState.COMPLETE_ABORT
+    )
+    return record.replace(state=target, last_update_ms=now_ms)
+
+
+def is_timed_out(record: TxnRecord, now_ms: int) -> bool:
+    return (
+        record.state is TransactionState.ONGOING
+        and record.txn_start_ms is not None
+        and now_ms > record.txn_start_ms + record.timeout_ms
+    )
+
+
+def is_expired(record: TxnRecord, now_ms: int, expiration_ms: int) -> bool:
+    return record.state.expiration_allowed and now_ms > record.last_update_ms + expiration_ms

@@ -1,0 +1,158 @@
+"""Reads and fenced writes of transaction records.
+
+Every write names the lease it is made under (``LeaseToken``) and checks it in the same SQL
+statement::
+
+    UPDATE transactions SET ... WHERE transactional_id = :tid
+      AND EXISTS (SELECT 1 FROM leases WHERE log_partition = :p AND owner = :me
+                  AND coordinator_epoch = :epoch AND expires_at_ms > :now FOR SHARE)
+
+so a paused ex-owner's late write matches no row and changes nothing. On PostgreSQL the
+``FOR SHARE`` lock on the lease row makes a takeover (an UPDATE of that row) wait for writes
+already under way, and makes a write that raced a takeover re-read the lease and find it
+gone: the successor therefore loads every write its predecessor acknowledged. (SQLite has a
+single writer, which gives the same order.)
+
+Functions here take a connection and never commit: ``Database.run`` owns the transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from coordinator_service.db.schema import leases, transactions
+from coordinator_service.transactions.state import TxnRecord
+from sdk.protocol.states import TransactionState
+
+T = transactions
+
+
+@dataclass(frozen=True)
+class LeaseToken:
+    """The lease a write is made under: log partition, owner and coordinator epoch."""
+
+    log_partition: int
+    owner: str
+    coordinator_epoch: int
+
+
+def lease_held(token: LeaseToken, now_ms: int, *, lock: bool) -> sa.Exists:
+    """The EXISTS clause that makes a statement a no-op once the lease has moved on."""
+    q = sa.select(sa.literal(1)).where(
+        leases.c.log_partition == token.log_partition,
+        leases.c.owner == token.owner,
+        leases.c.coordinator_epoch == token.coordinator_epoch,
+        leases.c.expires_at_ms > now_ms,
+    )
+    if lock:
+        q = q.with_for_update(read=True)
+    return sa.exists(q)
+
+
+def _values(rec: TxnRecord) -> dict[str, Any]:
+    return {
+        "transactional_id": rec.transactional_id,
+        "txn_log_partition": rec.txn_log_partition,
+        "producer_id": rec.producer_id,
+        "producer_epoch": rec.producer_epoch,
+        "last_producer_id": rec.last_producer_id,
+        "last_producer_epoch": rec.last_producer_epoch,
+        "state": rec.state.value,
+        "timeout_ms": rec.timeout_ms,
+        "txn_start_ms": rec.txn_start_ms,
+        "last_update_ms": rec.last_update_ms,
+        "partitions": orjson.dumps([list(tp) for tp in rec.partitions]).decode(),
+        "groups": orjson.dumps(list(rec.groups)).decode(),
+        "coordinator_epoch": rec.coordinator_epoch,
+    }
+
+
+def record_from_row(row: Any) -> TxnRecord:
+    m = row._mapping
+    return TxnRecord(
+        transactional_id=m["transactional_id"],
+        txn_log_partition=m["txn_log_partition"],
+        producer_id=m["producer_id"],
+        producer_epoch=m["producer_epoch"],
+        last_producer_id=m["last_producer_id"],
+        last_producer_epoch=m["last_producer_epoch"],
+        state=TransactionState(m["state"]),
+        timeout_ms=m["timeout_ms"],
+        txn_start_ms=m["txn_start_ms"],
+        last_update_ms=m["last_update_ms"],
+        partitions=tuple((str(t), int(p)) for t, p in orjson.loads(m["partitions"])),
+        groups=tuple(str(g) for g in orjson.loads(m["groups"])),
+        coordinator_epoch=m["coordinator_epoch"],
+    )
+
+
+class TransactionStore:
+    """The transactions table, with every write fenced by a lease."""
+
+    def __init__(self, dialect: str) -> None:
+        self._lock = dialect == "postgresql"
+
+    def load_partition(self, conn: Connection, log_partition: int) -> list[TxnRecord]:
+        rows = conn.execute(sa.select(T).where(T.c.txn_log_partition == log_partition))
+        return [record_from_row(r) for r in rows]
+
+    def get(self, conn: Connection, transactional_id: str) -> TxnRecord | None:
+        row = conn.execute(sa.select(T).where(T.c.transactional_id == transactional_id)).first()
+        return record_from_row(row) if row is not None else None
+
+    def find_by_producer(self, conn: Connection, producer_id: int) -> TxnRecord | None:
+        row = conn.execute(sa.select(T).where(T.c.producer_id == producer_id)).first()
+        return record_from_row(row) if row is not None else None
+
+    def list_all(self, conn: Connection, state: TransactionState | None) -> list[TxnRecord]:
+        q = sa.select(T).order_by(T.c.transactional_id)
+        if state is not None:
+            q = q.where(T.c.state == state.value)
+        return [record_from_row(r) for r in conn.execute(q)]
+
+    def insert(self, conn: Connection, rec: TxnRecord, token: LeaseToken, now_ms: int) -> bool:
+        """Insert a new id's record; False when the lease is no longer ours."""
+        values = _values(rec)
+        cols = list(values)
+        src = sa.select(*[sa.literal(values[c], type_=T.c[c].type) for c in cols]).where(
+            lease_held(token, now_ms, lock=self._lock)
+        )
+        statement = T.insert().from_select(cols, src)
+        result = conn.execute(statement.execution_options(preserve_rowcount=True))
+        return result.rowcount == 1
+
+    def update(self, conn: Connection, rec: TxnRecord, token: LeaseToken, now_ms: int) -> bool:
+        """Overwrite the id's record; False when the lease is no longer ours."""
+        values = _values(rec)
+        del values["transactional_id"]
+        result = conn.execute(
+            T.update()
+            .where(
+                T.c.transactional_id == rec.transactional_id,
+                lease_held(token, now_ms, lock=self._lock),
+            )
+            .values(**values)
+        )
+        return result.rowcount == 1
+
+    def update_many(
+        self, conn: Connection, recs: list[tuple[TxnRecord, LeaseToken]], now_ms: int
+    ) -> list[bool]:
+        """Several fenced updates in one database transaction (one log sync)."""
+        return [self.update(conn, rec, token, now_ms) for rec, token in recs]
+
+    def delete(self, conn: Connection, rec: TxnRecord, token: LeaseToken, now_ms: int) -> bool:
+        """Remove an expired id, only if its record is still the one we decided on."""
+        result = conn.execute(
+            T.delete().where(
+                T.c.transactional_id == rec.transactional_id,
+                T.c.last_update_ms == rec.last_update_ms,
+                lease_held(token, now_ms, lock=self._lock),
+            )
+        )
+        return result.rowcount == 1
