@@ -1,4 +1,4 @@
-"""The contract in sdk/protocol matches DESIGN.md §3–§4."""
+"""The contract in sdk/protocol matches DESIGN.md §3 and §4."""
 
 from __future__ import annotations
 
@@ -13,31 +13,59 @@ S = TransactionState
 DESIGN_CODES = {
     400: ["INVALID_REQUEST", "INVALID_TRANSACTION_TIMEOUT", "INVALID_RECORD"],
     401: ["UNAUTHENTICATED"],
-    403: ["TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "TOPIC_AUTHORIZATION_FAILED",
-          "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED"],
+    403: [
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "TOPIC_AUTHORIZATION_FAILED",
+        "GROUP_AUTHORIZATION_FAILED",
+        "CLUSTER_AUTHORIZATION_FAILED",
+    ],
     404: ["UNKNOWN_TOPIC_OR_PARTITION", "TRANSACTIONAL_ID_NOT_FOUND", "UNKNOWN_PRODUCER_ID"],
-    409: ["PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE",
-          "INVALID_PRODUCER_ID_MAPPING", "OUT_OF_ORDER_SEQUENCE_NUMBER",
-          "TRANSACTION_COORDINATOR_FENCED", "TOPIC_ALREADY_EXISTS", "TRANSACTION_ABORTABLE"],
+    409: [
+        "PRODUCER_FENCED",
+        "INVALID_PRODUCER_EPOCH",
+        "INVALID_TXN_STATE",
+        "INVALID_PRODUCER_ID_MAPPING",
+        "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        "TRANSACTION_COORDINATOR_FENCED",
+        "TOPIC_ALREADY_EXISTS",
+        "TRANSACTION_ABORTABLE",
+    ],
     413: ["MESSAGE_TOO_LARGE"],
-    503: ["NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS",
-          "CONCURRENT_TRANSACTIONS", "NOT_LEADER_OR_FOLLOWER", "UNSTABLE_OFFSET_COMMIT",
-          "KAFKA_STORAGE_ERROR"],
+    503: [
+        "NOT_COORDINATOR",
+        "COORDINATOR_NOT_AVAILABLE",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+        "CONCURRENT_TRANSACTIONS",
+        "NOT_LEADER_OR_FOLLOWER",
+        "UNSTABLE_OFFSET_COMMIT",
+        "KAFKA_STORAGE_ERROR",
+    ],
 }
 
 
-@pytest.mark.parametrize(("status", "code"),
-                         [(s, c) for s, codes in DESIGN_CODES.items() for c in codes])
+@pytest.mark.parametrize(
+    ("status", "code"), [(s, c) for s, codes in DESIGN_CODES.items() for c in codes]
+)
 def test_every_design_code_has_its_status(status: int, code: str) -> None:
     assert CATALOGUE[code].http_status == status
     assert CATALOGUE[code].retriable == (status == 503)
 
 
 def test_classes_follow_kafka() -> None:
-    fatal = {"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_MAPPING",
-             "INVALID_TXN_STATE", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
-    abortable = {"OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID", "TRANSACTION_ABORTABLE",
-                 "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED"}
+    fatal = {
+        "PRODUCER_FENCED",
+        "INVALID_PRODUCER_EPOCH",
+        "INVALID_PRODUCER_ID_MAPPING",
+        "INVALID_TXN_STATE",
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    }
+    abortable = {
+        "OUT_OF_ORDER_SEQUENCE_NUMBER",
+        "UNKNOWN_PRODUCER_ID",
+        "TRANSACTION_ABORTABLE",
+        "TOPIC_AUTHORIZATION_FAILED",
+        "GROUP_AUTHORIZATION_FAILED",
+    }
     for code in fatal:
         assert CATALOGUE[code].error_class is ErrorClass.FATAL, code
     for code in abortable:
@@ -90,8 +118,13 @@ TABLE = [
 
 
 @pytest.mark.parametrize(("state", "event", "retry", "outcome", "target"), TABLE)
-def test_transition_table(state: TransactionState, event: TxnEvent, retry: bool,
-                          outcome: Outcome, target: TransactionState | None) -> None:
+def test_transition_table(
+    state: TransactionState,
+    event: TxnEvent,
+    retry: bool,
+    outcome: Outcome,
+    target: TransactionState | None,
+) -> None:
     decision = decide(state, event, last_decision_matches=retry)
     assert decision.outcome is outcome
     assert decision.target is target

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from partition_service.log.engine import AppendResult, PartitionEngine
+from partition_service.log.engine import AppendResult, PartitionEngine, Row
 from partition_service.log.log import LogConfig
 
 NOW = 1_700_000_000_000
@@ -17,18 +17,31 @@ def open_engine(directory: Path, config: LogConfig = SMALL, topic: str = "t") ->
     return engine
 
 
-def produce(engine: PartitionEngine, values: list[str], *, pid: int = -1, epoch: int = -1,
-            seq: int = -1, txn: bool = False) -> AppendResult:
-    rows = [(f"k{i}", v, None, NOW) for i, v in enumerate(values)]
+def produce(
+    engine: PartitionEngine,
+    values: list[str],
+    *,
+    pid: int = -1,
+    epoch: int = -1,
+    seq: int = -1,
+    txn: bool = False,
+) -> AppendResult:
+    rows: list[Row] = [(f"k{i}", v, None, NOW) for i, v in enumerate(values)]
     result = engine.append_data(
-        rows, now_ms=NOW, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+        rows,
+        now_ms=NOW,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
         transactional=txn,
     )
     engine.mark_durable(engine.log_end_offset)
     return result
 
 
-def marker(engine: PartitionEngine, pid: int, epoch: int, result: str, coord_epoch: int = 0) -> None:
+def marker(
+    engine: PartitionEngine, pid: int, epoch: int, result: str, coord_epoch: int = 0
+) -> None:
     engine.append_marker(pid, epoch, coord_epoch, result, now_ms=NOW)
     engine.mark_durable(engine.log_end_offset)
 

@@ -83,8 +83,9 @@ class LogMachine(RuleBasedStateMachine):
             return
         end = self.engine.log_end_offset
         seq, vals = model.last_batch
-        result = produce(self.engine, vals, pid=pid, epoch=model.epoch, seq=seq,
-                         txn=pid in TRANSACTIONAL)
+        result = produce(
+            self.engine, vals, pid=pid, epoch=model.epoch, seq=seq, txn=pid in TRANSACTIONAL
+        )
         assert result.duplicate
         assert self.engine.log_end_offset == end
 
@@ -168,7 +169,9 @@ class LogMachine(RuleBasedStateMachine):
 
 
 LogMachine.TestCase.settings = settings(
-    max_examples=120, stateful_step_count=50, deadline=None,
+    max_examples=120,
+    stateful_step_count=50,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestLogMachine = pytest.mark.slow(LogMachine.TestCase)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from partition_service.log.engine import PartitionEngine
 from partition_service.log.log import CHECKPOINT_FILE, LogConfig
 from sdk.protocol import errors
 from tests.partition.engine_support import NOW, SMALL, marker, open_engine, produce, values
@@ -197,7 +198,7 @@ def test_checkpoint_makes_restart_replay_only_the_tail(tmp_path: Path) -> None:
     assert len(values(reopened, committed=False)) == 51
 
 
-def _fill(engine, n: int) -> list[str]:  # type: ignore[no-untyped-def]
+def _fill(engine: PartitionEngine, n: int) -> list[str]:
     out = []
     for i in range(n):
         out.append(f"r{i}")
@@ -258,15 +259,17 @@ def test_group_offsets_pending_until_marker(tmp_path: Path) -> None:
     engine = open_engine(tmp_path / "o", SMALL, topic="__consumer_offsets")
     assert engine.groups is not None
     key, value = encode_offset_record("g", "in", 0, 42, None)
-    engine.append_data([(key, value, None, NOW)], now_ms=NOW, producer_id=7, producer_epoch=0,
-                       transactional=True)
+    engine.append_data(
+        [(key, value, None, NOW)], now_ms=NOW, producer_id=7, producer_epoch=0, transactional=True
+    )
     assert engine.groups.has_pending("g") and engine.groups.offsets("g") == {}
     engine.append_marker(7, 0, 0, "COMMIT", now_ms=NOW)
     assert not engine.groups.has_pending("g")
     assert engine.groups.offsets("g") == {("in", 0): (42, None)}
     key, value = encode_offset_record("g", "in", 0, 99, None)
-    engine.append_data([(key, value, None, NOW)], now_ms=NOW, producer_id=7, producer_epoch=0,
-                       transactional=True)
+    engine.append_data(
+        [(key, value, None, NOW)], now_ms=NOW, producer_id=7, producer_epoch=0, transactional=True
+    )
     engine.append_marker(7, 0, 0, "ABORT", now_ms=NOW)
     engine.mark_durable(engine.log_end_offset)
     engine.close()

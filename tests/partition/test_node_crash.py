@@ -31,9 +31,15 @@ def run_producer(url: str, log: ProducerLog, stop: threading.Event, batch: int =
             values = [f"p{log.pid}-s{log.next_seq + i}" for i in range(batch)]
             log.in_flight = (log.next_seq, values)
             try:
-                response = client.post(f"/v1/partitions/{TOPIC}/0/records", json={
-                    "producer_id": log.pid, "producer_epoch": 0, "base_sequence": log.next_seq,
-                    "records": [{"value": v} for v in values]})
+                response = client.post(
+                    f"/v1/partitions/{TOPIC}/0/records",
+                    json={
+                        "producer_id": log.pid,
+                        "producer_epoch": 0,
+                        "base_sequence": log.next_seq,
+                        "records": [{"value": v} for v in values],
+                    },
+                )
             except httpx.HTTPError:
                 return  # the node is gone: this batch stays in flight, unacknowledged
             assert response.status_code == 200, response.text
@@ -47,8 +53,9 @@ def read_all(client: httpx.Client) -> dict[int, str]:
     out: dict[int, str] = {}
     offset = 0
     while True:
-        body = client.get(f"/v1/partitions/{TOPIC}/0/records",
-                          params={"offset": offset, "max_records": 5000}).json()
+        body = client.get(
+            f"/v1/partitions/{TOPIC}/0/records", params={"offset": offset, "max_records": 5000}
+        ).json()
         for record in body["records"]:
             out[record["offset"]] = record["value"]
         if body["next_offset"] == offset:
@@ -61,16 +68,26 @@ def test_sigkill_mid_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
     node.start()
     node.create_partition(TOPIC, 0)
     with node.client() as client:  # a transaction left open across the crash
-        client.post(f"/v1/partitions/{TOPIC}/0/records", json={
-            "producer_id": 99, "producer_epoch": 0, "base_sequence": 0, "transactional": True,
-            "records": [{"value": "txn-before-crash"}]}).raise_for_status()
+        client.post(
+            f"/v1/partitions/{TOPIC}/0/records",
+            json={
+                "producer_id": 99,
+                "producer_epoch": 0,
+                "base_sequence": 0,
+                "transactional": True,
+                "records": [{"value": "txn-before-crash"}],
+            },
+        ).raise_for_status()
     logs = [ProducerLog(pid) for pid in range(1, 5)]
     stop = threading.Event()
     threads = [threading.Thread(target=run_producer, args=(node.url, log, stop)) for log in logs]
     for thread in threads:
         thread.start()
-    wait_until(lambda: sum(len(log.acked) for log in logs) >= 150, timeout=60,
-               what="150 acknowledged batches")
+    wait_until(
+        lambda: sum(len(log.acked) for log in logs) >= 150,
+        timeout=60,
+        what="150 acknowledged batches",
+    )
     node.kill()
     stop.set()
     for thread in threads:
@@ -84,15 +101,25 @@ def test_sigkill_mid_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
                 assert [stored.get(o) for o in range(base, last + 1)] == values
         for log in logs:
             seq, base, last, values = log.acked[-1]
-            retry = client.post(f"/v1/partitions/{TOPIC}/0/records", json={
-                "producer_id": log.pid, "producer_epoch": 0, "base_sequence": seq,
-                "records": [{"value": v} for v in values]}).json()
+            retry = client.post(
+                f"/v1/partitions/{TOPIC}/0/records",
+                json={
+                    "producer_id": log.pid,
+                    "producer_epoch": 0,
+                    "base_sequence": seq,
+                    "records": [{"value": v} for v in values],
+                },
+            ).json()
             assert retry["duplicate"] is True
             assert (retry["base_offset"], retry["last_offset"]) == (base, last)
             if log.in_flight is not None:  # the retry of an unacknowledged batch is accepted once
                 seq, values = log.in_flight
-                body = {"producer_id": log.pid, "producer_epoch": 0, "base_sequence": seq,
-                        "records": [{"value": v} for v in values]}
+                body = {
+                    "producer_id": log.pid,
+                    "producer_epoch": 0,
+                    "base_sequence": seq,
+                    "records": [{"value": v} for v in values],
+                }
                 first = client.post(f"/v1/partitions/{TOPIC}/0/records", json=body).json()
                 again = client.post(f"/v1/partitions/{TOPIC}/0/records", json=body).json()
                 assert again["duplicate"] is True
@@ -114,9 +141,15 @@ def test_segment_cut_at_random_byte_then_restart(tmp_path: Path, seed: int) -> N
     with node.client() as client:
         for seq in range(150):
             value = f"record-{seq}-" + "x" * rng.randrange(10, 80)
-            client.post(f"/v1/partitions/{TOPIC}/0/records", json={
-                "producer_id": 7, "producer_epoch": 0, "base_sequence": seq,
-                "records": [{"value": value}]}).raise_for_status()
+            client.post(
+                f"/v1/partitions/{TOPIC}/0/records",
+                json={
+                    "producer_id": 7,
+                    "producer_epoch": 0,
+                    "base_sequence": seq,
+                    "records": [{"value": value}],
+                },
+            ).raise_for_status()
             written.append(value)
     if seed == 1:
         node.kill()
@@ -135,9 +168,15 @@ def test_segment_cut_at_random_byte_then_restart(tmp_path: Path, seed: int) -> N
         survived = [stored[o] for o in sorted(stored)]
         assert survived == written[: len(survived)]
         assert len(survived) < len(written)
-        accepted = client.post(f"/v1/partitions/{TOPIC}/0/records", json={
-            "producer_id": 7, "producer_epoch": 0, "base_sequence": len(survived),
-            "records": [{"value": "after-repair"}]})
+        accepted = client.post(
+            f"/v1/partitions/{TOPIC}/0/records",
+            json={
+                "producer_id": 7,
+                "producer_epoch": 0,
+                "base_sequence": len(survived),
+                "records": [{"value": "after-repair"}],
+            },
+        )
         assert accepted.status_code == 200, accepted.text
         assert accepted.json()["base_offset"] == len(survived)
     node.stop()

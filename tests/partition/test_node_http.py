@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -18,8 +19,9 @@ TOPIC = "orders"
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     root = tmp_path_factory.mktemp("node-http")
-    process = NodeProcess(root / "data", extra=["--group-offset-partitions", "4",
-                                                "--max-record-bytes", "1000"])
+    process = NodeProcess(
+        root / "data", extra=["--group-offset-partitions", "4", "--max-record-bytes", "1000"]
+    )
     process.start()
     for p in range(3):
         process.create_partition(TOPIC, p)
@@ -41,20 +43,34 @@ def offsets(client: httpx.Client, partition: int) -> dict[str, int]:
     return dict(response.json())
 
 
-def markers(node: NodeProcess, pid: int, epoch: int, result: str, parts: list[tuple[str, int]],
-            coordinator_epoch: int = 0) -> list[dict[str, object]]:
-    body = {"markers": [{
-        "producer_id": pid, "producer_epoch": epoch, "coordinator_epoch": coordinator_epoch,
-        "result": result, "partitions": [{"topic": t, "partition": p} for t, p in parts],
-    }]}
+def markers(
+    node: NodeProcess,
+    pid: int,
+    epoch: int,
+    result: str,
+    parts: list[tuple[str, int]],
+    coordinator_epoch: int = 0,
+) -> list[dict[str, object]]:
+    body = {
+        "markers": [
+            {
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "coordinator_epoch": coordinator_epoch,
+                "result": result,
+                "partitions": [{"topic": t, "partition": p} for t, p in parts],
+            }
+        ]
+    }
     with node.internal() as internal:
         response = internal.post("/internal/v1/markers", json=body)
     assert response.status_code == 200, response.text
     return list(response.json()["results"])
 
 
-def fetch(client: httpx.Client, partition: int, offset: int = 0,
-          isolation: str = "read_committed") -> list[str]:
+def fetch(
+    client: httpx.Client, partition: int, offset: int = 0, isolation: str = "read_committed"
+) -> list[str]:
     out: list[str] = []
     while True:
         response = client.get(
@@ -70,29 +86,36 @@ def fetch(client: httpx.Client, partition: int, offset: int = 0,
 
 
 def test_produce_then_fetch(client: httpx.Client) -> None:
-    response = client.post(f"/v1/partitions/{TOPIC}/0/records",
-                           json={"records": [{"key": "k", "value": "hello",
-                                              "headers": {"h": "1"}}]})
+    response = client.post(
+        f"/v1/partitions/{TOPIC}/0/records",
+        json={"records": [{"key": "k", "value": "hello", "headers": {"h": "1"}}]},
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["duplicate"] is False and body["base_offset"] == body["last_offset"]
-    fetched = client.get(f"/v1/partitions/{TOPIC}/0/records",
-                         params={"offset": body["base_offset"]}).json()
+    fetched = client.get(
+        f"/v1/partitions/{TOPIC}/0/records", params={"offset": body["base_offset"]}
+    ).json()
     record = fetched["records"][0]
     assert (record["key"], record["value"], record["headers"]) == ("k", "hello", {"h": "1"})
     assert fetched["high_watermark"] == body["last_offset"] + 1
 
 
 def test_idempotent_retry_is_a_duplicate_with_first_offsets(client: httpx.Client) -> None:
-    batch = {"producer_id": 500, "producer_epoch": 0, "base_sequence": 0,
-             "records": [{"value": "a"}, {"value": "b"}]}
+    batch = {
+        "producer_id": 500,
+        "producer_epoch": 0,
+        "base_sequence": 0,
+        "records": [{"value": "a"}, {"value": "b"}],
+    }
     first = client.post(f"/v1/partitions/{TOPIC}/1/records", json=batch).json()
     retry = client.post(f"/v1/partitions/{TOPIC}/1/records", json=batch).json()
     assert retry["duplicate"] is True
-    assert (retry["base_offset"], retry["last_offset"]) == (first["base_offset"],
-                                                            first["last_offset"])
-    gap = client.post(f"/v1/partitions/{TOPIC}/1/records",
-                      json={**batch, "base_sequence": 5})
+    assert (retry["base_offset"], retry["last_offset"]) == (
+        first["base_offset"],
+        first["last_offset"],
+    )
+    gap = client.post(f"/v1/partitions/{TOPIC}/1/records", json={**batch, "base_sequence": 5})
     assert gap.status_code == 409
     assert gap.json()["error"]["code"] == "OUT_OF_ORDER_SEQUENCE_NUMBER"
 
@@ -102,9 +125,16 @@ def test_transaction_visible_only_after_commit_and_aborted_never(
 ) -> None:
     before = fetch(client, 2)
     for pid, value in ((600, "committed"), (601, "aborted")):
-        response = client.post(f"/v1/partitions/{TOPIC}/2/records", json={
-            "producer_id": pid, "producer_epoch": 0, "base_sequence": 0, "transactional": True,
-            "records": [{"value": value}]})
+        response = client.post(
+            f"/v1/partitions/{TOPIC}/2/records",
+            json={
+                "producer_id": pid,
+                "producer_epoch": 0,
+                "base_sequence": 0,
+                "transactional": True,
+                "records": [{"value": value}],
+            },
+        )
         assert response.status_code == 200, response.text
     state = offsets(client, 2)
     assert state["last_stable_offset"] < state["high_watermark"]
@@ -130,12 +160,15 @@ def test_markers_report_per_partition_errors(node: NodeProcess) -> None:
 def test_base64_records_round_trip(client: httpx.Client) -> None:
     raw = bytes(range(256))
     encoded = base64.b64encode(raw).decode()
-    response = client.post(f"/v1/partitions/{TOPIC}/0/records",
-                           json={"encoding": "base64", "records": [{"value": encoded}]})
+    response = client.post(
+        f"/v1/partitions/{TOPIC}/0/records",
+        json={"encoding": "base64", "records": [{"value": encoded}]},
+    )
     assert response.status_code == 200
     offset = response.json()["base_offset"]
-    record = client.get(f"/v1/partitions/{TOPIC}/0/records",
-                        params={"offset": offset}).json()["records"][0]
+    record = client.get(f"/v1/partitions/{TOPIC}/0/records", params={"offset": offset}).json()[
+        "records"
+    ][0]
     assert record["encoding"] == "base64"
     assert base64.b64decode(record["value"]) == raw
 
@@ -144,22 +177,46 @@ BAD_PRODUCES = [
     ("missing", 0, {"records": [{"value": "x"}]}, 404, "UNKNOWN_TOPIC_OR_PARTITION"),
     (TOPIC, 0, {"records": []}, 400, "INVALID_RECORD"),
     (TOPIC, 0, {"records": [{"value": "x" * 1001}]}, 413, "MESSAGE_TOO_LARGE"),
-    (TOPIC, 0, {"encoding": "base64", "records": [{"value": "not base64!"}]}, 400,
-     "INVALID_RECORD"),
+    (
+        TOPIC,
+        0,
+        {"encoding": "base64", "records": [{"value": "not base64!"}]},
+        400,
+        "INVALID_RECORD",
+    ),
     (TOPIC, 0, {"transactional": True, "records": [{"value": "x"}]}, 400, "INVALID_REQUEST"),
     (TOPIC, 0, {"producer_id": 1, "records": [{"value": "x"}]}, 400, "INVALID_REQUEST"),
     (TOPIC, 0, {"encoding": "utf16", "records": [{"value": "x"}]}, 422, "INVALID_REQUEST"),
     (TOPIC, 0, {"records": [{"value": "x"}], "extra": 1}, 422, "INVALID_REQUEST"),
-    (TOPIC, 0, {"producer_id": -4, "producer_epoch": 0, "base_sequence": 0,
-                "records": [{"value": "x"}]}, 422, "INVALID_REQUEST"),
-    (TOPIC, 0, {"producer_id": 2**70, "producer_epoch": 0, "base_sequence": 0,
-                "records": [{"value": "x"}]}, 422, "INVALID_REQUEST"),
+    (
+        TOPIC,
+        0,
+        {"producer_id": -4, "producer_epoch": 0, "base_sequence": 0, "records": [{"value": "x"}]},
+        422,
+        "INVALID_REQUEST",
+    ),
+    (
+        TOPIC,
+        0,
+        {
+            "producer_id": 2**70,
+            "producer_epoch": 0,
+            "base_sequence": 0,
+            "records": [{"value": "x"}],
+        },
+        422,
+        "INVALID_REQUEST",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("topic", "partition", "body", "status", "code"), BAD_PRODUCES)
 def test_bad_produce_gets_envelope_and_changes_nothing(
-    client: httpx.Client, topic: str, partition: int, body: dict[str, object], status: int,
+    client: httpx.Client,
+    topic: str,
+    partition: int,
+    body: dict[str, object],
+    status: int,
     code: str,
 ) -> None:
     before = offsets(client, 0)
@@ -173,16 +230,26 @@ def test_bad_produce_gets_envelope_and_changes_nothing(
 def test_malformed_json_and_invalid_utf8(client: httpx.Client) -> None:
     before = offsets(client, 0)
     for content in (b"{not json", b'{"records": [{"value": "\xff\xfe"}]}'):
-        response = client.post(f"/v1/partitions/{TOPIC}/0/records", content=content,
-                               headers={"content-type": "application/json"})
+        response = client.post(
+            f"/v1/partitions/{TOPIC}/0/records",
+            content=content,
+            headers={"content-type": "application/json"},
+        )
         assert response.status_code in (400, 422)
         assert response.json()["error"]["code"] == "INVALID_REQUEST"
     assert offsets(client, 0) == before
 
 
-@pytest.mark.parametrize("params", [{"offset": -1}, {"offset": 0, "max_records": 0},
-                                    {"isolation_level": "dirty"}, {"offset": "x"}])
-def test_bad_fetch_parameters(client: httpx.Client, params: dict[str, object]) -> None:
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"offset": -1},
+        {"offset": 0, "max_records": 0},
+        {"isolation_level": "dirty"},
+        {"offset": "x"},
+    ],
+)
+def test_bad_fetch_parameters(client: httpx.Client, params: dict[str, Any]) -> None:
     response = client.get(f"/v1/partitions/{TOPIC}/0/records", params=params)
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "INVALID_REQUEST"
@@ -203,8 +270,12 @@ def test_long_poll_returns_when_records_arrive(node: NodeProcess, client: httpx.
 
     def poll() -> None:
         with node.client() as other:
-            answer.update(other.get(f"/v1/partitions/{TOPIC}/1/records",
-                                    params={"offset": end, "max_wait_ms": 20000}).json())
+            answer.update(
+                other.get(
+                    f"/v1/partitions/{TOPIC}/1/records",
+                    params={"offset": end, "max_wait_ms": 20000},
+                ).json()
+            )
 
     thread = threading.Thread(target=poll)
     thread.start()
@@ -215,15 +286,32 @@ def test_long_poll_returns_when_records_arrive(node: NodeProcess, client: httpx.
     assert isinstance(records, list) and records[0]["value"] == "late"
 
 
-def test_internal_endpoints_need_the_internal_token(node: NodeProcess,
-                                                    client: httpx.Client) -> None:
+def test_internal_endpoints_need_the_internal_token(
+    node: NodeProcess, client: httpx.Client
+) -> None:
     pid = 800
-    client.post(f"/v1/partitions/{TOPIC}/0/records", json={
-        "producer_id": pid, "producer_epoch": 0, "base_sequence": 0, "transactional": True,
-        "records": [{"value": "pending"}]})
+    client.post(
+        f"/v1/partitions/{TOPIC}/0/records",
+        json={
+            "producer_id": pid,
+            "producer_epoch": 0,
+            "base_sequence": 0,
+            "transactional": True,
+            "records": [{"value": "pending"}],
+        },
+    )
     before = offsets(client, 0)
-    body = {"markers": [{"producer_id": pid, "producer_epoch": 0, "coordinator_epoch": 0,
-                         "result": "COMMIT", "partitions": [{"topic": TOPIC, "partition": 0}]}]}
+    body = {
+        "markers": [
+            {
+                "producer_id": pid,
+                "producer_epoch": 0,
+                "coordinator_epoch": 0,
+                "result": "COMMIT",
+                "partitions": [{"topic": TOPIC, "partition": 0}],
+            }
+        ]
+    }
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": INTERNAL_TOKEN}):
         response = client.post("/internal/v1/markers", json=body, headers=headers)
         assert response.status_code == 401
@@ -239,14 +327,23 @@ def test_internal_endpoints_need_the_internal_token(node: NodeProcess,
 
 def test_group_offsets_plain_and_transactional(node: NodeProcess, client: httpx.Client) -> None:
     group = "billing"
-    commit = client.post(f"/v1/groups/{group}/offsets",
-                         json={"offsets": [{"topic": "in", "partition": 0, "offset": 10}]})
+    commit = client.post(
+        f"/v1/groups/{group}/offsets",
+        json={"offsets": [{"topic": "in", "partition": 0, "offset": 10}]},
+    )
     assert commit.status_code == 200
     assert client.get(f"/v1/groups/{group}/offsets").json()["offsets"] == [
-        {"topic": "in", "partition": 0, "offset": 10, "metadata": None}]
-    txn = client.post(f"/v1/groups/{group}/txn-offsets", json={
-        "transactional_id": "copier-0", "producer_id": 900, "producer_epoch": 0,
-        "offsets": [{"topic": "in", "partition": 0, "offset": 25, "metadata": "m"}]})
+        {"topic": "in", "partition": 0, "offset": 10, "metadata": None}
+    ]
+    txn = client.post(
+        f"/v1/groups/{group}/txn-offsets",
+        json={
+            "transactional_id": "copier-0",
+            "producer_id": 900,
+            "producer_epoch": 0,
+            "offsets": [{"topic": "in", "partition": 0, "offset": 25, "metadata": "m"}],
+        },
+    )
     assert txn.status_code == 200, txn.text
     unstable = client.get(f"/v1/groups/{group}/offsets", params={"require_stable": True})
     assert unstable.status_code == 503
@@ -254,8 +351,7 @@ def test_group_offsets_plain_and_transactional(node: NodeProcess, client: httpx.
     assert unstable.json()["error"]["retriable"] is True
     loose = client.get(f"/v1/groups/{group}/offsets", params={"require_stable": False})
     assert loose.json()["offsets"][0]["offset"] == 10
-    results = markers(node, 900, 0, "COMMIT",
-                      [("__consumer_offsets", group_partition(group, 4))])
+    results = markers(node, 900, 0, "COMMIT", [("__consumer_offsets", group_partition(group, 4))])
     assert results[0]["error"] is None
     assert client.get(f"/v1/groups/{group}/offsets").json()["offsets"][0]["offset"] == 25
 
@@ -280,7 +376,13 @@ def test_health_ready_metrics_and_openapi(client: httpx.Client) -> None:
     assert "eos_node_lso_lag" in metrics
     spec = client.get("/openapi.json").json()
     operations = {op["operationId"] for path in spec["paths"].values() for op in path.values()}
-    assert {"produceRecords", "fetchRecords", "writeTxnMarkers", "createPartition",
-            "commitTransactionalOffsets", "describeProducers"} <= operations
+    assert {
+        "produceRecords",
+        "fetchRecords",
+        "writeTxnMarkers",
+        "createPartition",
+        "commitTransactionalOffsets",
+        "describeProducers",
+    } <= operations
     produce_op = spec["paths"]["/v1/partitions/{topic}/{partition}/records"]["post"]
     assert {"409", "413", "503"} <= set(produce_op["responses"])

@@ -79,13 +79,20 @@ class InProcessCoordinator:
     ) -> None:
         self.settings = settings
         self.app = create_app(
-            settings, clock=clock, lease_clock=lease_clock, node_transport=node_transport,
+            settings,
+            clock=clock,
+            lease_clock=lease_clock,
+            node_transport=node_transport,
             background=background,
         )
         self.loop = asyncio.new_event_loop()
         config = uvicorn.Config(
-            self.app, host=settings.host, port=settings.port, log_level="warning",
-            lifespan="on", access_log=False,
+            self.app,
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            lifespan="on",
+            access_log=False,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -168,9 +175,20 @@ class CoordinatorProcess(ServiceProcess):
     ) -> None:
         port = port or free_port()
         args = [
-            "--port", str(port), "--database-url", database_url, "--nodes", nodes,
-            "--internal-token", INTERNAL_TOKEN, "--instance-id", f"{name}-{port}",
-            "--public-url", f"http://127.0.0.1:{port}", "--log-level", "warning",
+            "--port",
+            str(port),
+            "--database-url",
+            database_url,
+            "--nodes",
+            nodes,
+            "--internal-token",
+            INTERNAL_TOKEN,
+            "--instance-id",
+            f"{name}-{port}",
+            "--public-url",
+            f"http://127.0.0.1:{port}",
+            "--log-level",
+            "warning",
             *(extra or []),
         ]
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -204,8 +222,9 @@ class FakeNodes:
         if node in self.down:
             raise httpx.ConnectError("node is down", request=request)
         if request.headers.get("authorization") != f"Bearer {INTERNAL_TOKEN}":
-            return httpx.Response(401, json={"error": {"code": "UNAUTHENTICATED",
-                                                       "message": "", "retriable": False}})
+            return httpx.Response(
+                401, json={"error": {"code": "UNAUTHENTICATED", "message": "", "retriable": False}}
+            )
         path = request.url.path
         if request.method == "PUT" and path.startswith("/internal/v1/partitions/"):
             _, _, _, _, topic, partition = path.split("/")
@@ -228,12 +247,18 @@ class FakeNodes:
                             error = "TRANSACTION_COORDINATOR_FENCED"
                         else:
                             self._epochs[key] = marker["coordinator_epoch"]
-                        results.append({"producer_id": marker["producer_id"],
-                                        "topic": tp["topic"], "partition": tp["partition"],
-                                        "error": error})
+                        results.append(
+                            {
+                                "producer_id": marker["producer_id"],
+                                "topic": tp["topic"],
+                                "partition": tp["partition"],
+                                "error": error,
+                            }
+                        )
             return httpx.Response(200, json={"results": results})
-        return httpx.Response(404, json={"error": {"code": "NOT_FOUND", "message": path,
-                                                   "retriable": False}})
+        return httpx.Response(
+            404, json={"error": {"code": "NOT_FOUND", "message": path, "retriable": False}}
+        )
 
     def markers_for(self, producer_id: int) -> list[tuple[int, dict[str, Any]]]:
         with self._lock:

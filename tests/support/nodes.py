@@ -12,12 +12,27 @@ INTERNAL_TOKEN = "test-internal-token"
 
 
 class NodeProcess(ServiceProcess):
-    def __init__(self, data_dir: Path, *, node_id: int = 1, port: int | None = None,
-                 coordinator_url: str | None = None, extra: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        node_id: int = 1,
+        port: int | None = None,
+        coordinator_url: str | None = None,
+        extra: list[str] | None = None,
+    ) -> None:
         port = port or free_port()
         args = [
-            "--node-id", str(node_id), "--port", str(port), "--data-dir", str(data_dir),
-            "--internal-token", INTERNAL_TOKEN, "--log-level", "warning",
+            "--node-id",
+            str(node_id),
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            "--internal-token",
+            INTERNAL_TOKEN,
+            "--log-level",
+            "warning",
         ]
         if coordinator_url:
             args += ["--coordinator-url", coordinator_url]
@@ -34,7 +49,8 @@ class NodeProcess(ServiceProcess):
 
     def internal(self) -> httpx.Client:
         return httpx.Client(
-            base_url=self.url, timeout=30.0,
+            base_url=self.url,
+            timeout=30.0,
             headers={"Authorization": f"Bearer {INTERNAL_TOKEN}"},
         )
 

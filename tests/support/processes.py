@@ -21,7 +21,10 @@ def free_port() -> int:
 
 
 def wait_until(
-    condition: Callable[[], bool], *, timeout: float = 15.0, interval: float = 0.05,
+    condition: Callable[[], bool],
+    *,
+    timeout: float = 15.0,
+    interval: float = 0.05,
     what: str = "condition",
 ) -> None:
     """Poll ``condition`` until it holds; fail the test at the deadline."""
@@ -36,8 +39,14 @@ def wait_until(
 class ServiceProcess:
     """A service started as ``python -m <module> <args>`` with its log in a file."""
 
-    def __init__(self, module: str, args: list[str], port: int, log_path: Path,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        module: str,
+        args: list[str],
+        port: int,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.module = module
         self.args = args
         self.port = port
@@ -53,7 +62,9 @@ class ServiceProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
         self.process = subprocess.Popen(
             [sys.executable, "-m", self.module, *self.args],
-            stdout=log, stderr=subprocess.STDOUT, env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
         )
         log.close()
         self.wait_ready(ready_path, timeout)
