@@ -180,12 +180,13 @@ class ProducerStateManager:
     def marker_is_noop(self, producer_id: int, epoch: int) -> bool:
         """A marker that would change nothing: no open transaction and no newer epoch.
 
-        A producer with no state here never wrote to this partition; a late first batch
-        from it would need verification, which the coordinator refuses once fenced.
+        A marker for a producer with no state here is written all the same (as Kafka does):
+        it records the producer's epoch, so a batch of an older epoch that was verified just
+        before the marker arrived is fenced instead of opening a transaction nobody ends.
         """
         entry = self.producers.get(producer_id)
         if entry is None:
-            return True
+            return False
         return entry.current_txn_first_offset is None and epoch <= entry.epoch
 
     # -- updates (from live appends and from replay alike) --------------------------------

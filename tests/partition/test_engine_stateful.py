@@ -109,7 +109,11 @@ class LogMachine(RuleBasedStateMachine):
         end = self.engine.log_end_offset
         marker(self.engine, pid, model.epoch, result)
         if model.open_txn_first is None:
-            assert self.engine.log_end_offset == end, "a repeated marker writes nothing"
+            if model.known:
+                assert self.engine.log_end_offset == end, "a repeated marker writes nothing"
+            else:
+                model.known = True  # the first marker records the producer here
+                self.records.append(None)
             return
         model.outcomes[model.txn] = result
         model.open_txn_first = None
@@ -124,8 +128,9 @@ class LogMachine(RuleBasedStateMachine):
             model.outcomes[model.txn] = "ABORT"
             model.open_txn_first = None
             self.records.append(None)
-        elif model.known:
+        else:
             self.records.append(None)  # the epoch bump is recorded by a control batch
+        model.known = True
         model.epoch += 1
         model.next_seq = 0
         model.last_batch = None

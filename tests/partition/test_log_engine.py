@@ -276,3 +276,16 @@ def test_group_offsets_pending_until_marker(tmp_path: Path) -> None:
     reopened = open_engine(tmp_path / "o", SMALL, topic="__consumer_offsets")
     assert reopened.groups is not None
     assert reopened.groups.offsets("g") == {("in", 0): (42, None)}
+
+
+def test_marker_for_unknown_producer_fences_a_late_first_batch(tmp_path: Path) -> None:
+    """The KIP-890 race: a batch verified just before a fencing abort reaches the node."""
+    engine = open_engine(tmp_path / "p")
+    marker(engine, 4, 1, "ABORT")  # the coordinator timed the transaction out, epoch 0 -> 1
+    with pytest.raises(errors.ProducerFencedError):
+        produce(engine, ["late"], pid=4, epoch=0, seq=0, txn=True)
+    assert engine.last_stable_offset == engine.high_watermark
+    engine.close()
+    reopened = open_engine(tmp_path / "p")
+    with pytest.raises(errors.ProducerFencedError):
+        produce(reopened, ["late"], pid=4, epoch=0, seq=0, txn=True)
