@@ -36,9 +36,10 @@ def coordinator_factory(pg_url: str, fake_nodes: FakeNodes) -> Iterator[Coordina
 
     def start(
         *, clock: Any = None, lease_clock: Any = None, background: bool = True,
-        database_url: str | None = None, **overrides: Any,
+        database_url: str | None = "postgres", **overrides: Any,
     ) -> InProcessCoordinator:
-        settings = coordinator_settings(database_url or pg_url, fake_nodes.spec, **overrides)
+        url = pg_url if database_url == "postgres" else database_url or None
+        settings = coordinator_settings(url, fake_nodes.spec, **overrides)
         coordinator = InProcessCoordinator(
             settings, clock=clock, lease_clock=lease_clock,
             node_transport=fake_nodes.transport, background=background,
