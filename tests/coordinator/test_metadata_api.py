@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ def test_topics_are_placed_round_robin_and_created_on_their_nodes(
         created = topic(c, "events", 6)
         leaders = [p["leader"]["node_id"] for p in created["partitions"]]
         assert sorted(leaders) == [1, 1, 1, 2, 2, 2]
-        assert all(a != b for a, b in zip(leaders, leaders[1:], strict=False))
+        assert all(a != b for a, b in itertools.pairwise(leaders))
         assert {(n, t, p) for n, t, p in fake_nodes.created if t == "events"} == {
             (leader, "events", i) for i, leader in enumerate(leaders)
         }

@@ -68,7 +68,7 @@ def test_transactional_ids_idle_past_expiration_are_removed(
         # The Ongoing one timed out instead of expiring (its own timeout is 15 minutes).
         assert result.aborted == 1
         # An expired id starts again from scratch.
-        pid4, epoch4 = init(c, "idle")
+        _pid4, epoch4 = init(c, "idle")
         assert epoch4 == 0
 
 
