@@ -10,7 +10,9 @@ from coordinator_service.services import Services
 from sdk.protocol.common import MAX_ID_LENGTH
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    """Async on purpose: FastAPI runs a plain ``def`` dependency on a worker thread, a
+    thread hop per request for a single attribute read."""
     services: Services = request.app.state.services
     return services
 

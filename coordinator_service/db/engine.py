@@ -64,7 +64,7 @@ def make_engine(url: str, *, pool_size: int = 16) -> Engine:
 
         return engine
     return sa.create_engine(
-        url, pool_size=pool_size, max_overflow=4, pool_pre_ping=True, pool_recycle=1800
+        url, pool_size=pool_size, max_overflow=4, pool_recycle=1800
     )
 
 
