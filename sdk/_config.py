@@ -1,0 +1,113 @@
+"""Client configuration, its defaults and the ``USE_DEFAULT`` sentinel.
+
+Defaults are Kafka's producer and consumer defaults where Kafka has one. Timeouts of
+individual calls take ``USE_DEFAULT`` (the configured value) as distinct from ``None``
+(wait without a deadline), which is why a sentinel is needed at all.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from sdk.protocol.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, MAX_TRANSACTION_TIMEOUT_MS
+
+
+class UseDefault(enum.Enum):
+    """The type of ``USE_DEFAULT``: "the caller said nothing", unlike ``None``."""
+
+    USE_DEFAULT = enum.auto()
+
+    def __repr__(self) -> str:
+        return "USE_DEFAULT"
+
+
+USE_DEFAULT = UseDefault.USE_DEFAULT
+
+#: A timeout argument: seconds, ``None`` for no deadline, or ``USE_DEFAULT``.
+TimeoutArg = float | None | UseDefault
+
+
+def resolve_timeout(value: TimeoutArg, default_ms: int | None) -> float | None:
+    """Seconds to wait, or None for no deadline."""
+    if value is USE_DEFAULT:
+        return None if default_ms is None else default_ms / 1000
+    return value
+
+
+@dataclass(frozen=True)
+class RetryConfig:
+    """How requests are retried: exponential backoff between ``backoff_ms`` and
+    ``backoff_max_ms`` (with jitter), ``fast_backoff_ms`` for CONCURRENT_TRANSACTIONS
+    (Kafka retries it quickly because the previous transaction is about to complete)."""
+
+    backoff_ms: int = 100
+    backoff_max_ms: int = 1_000
+    fast_backoff_ms: int = 20
+    request_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if self.backoff_ms < 0 or self.backoff_max_ms < self.backoff_ms:
+            raise ValueError("need 0 <= backoff_ms <= backoff_max_ms")
+        if self.request_timeout_ms <= 0:
+            raise ValueError("request_timeout_ms must be positive")
+
+
+@dataclass(frozen=True)
+class ProducerConfig:
+    """Settings of ``Producer`` and ``TransactionalProducer``.
+
+    ``linger_ms`` and ``batch_size`` (bytes) shape the batches of each partition;
+    ``max_in_flight`` (at most 5, Kafka's limit for idempotence) is how many batches of one
+    partition may await their acknowledgement; ``delivery_timeout_ms`` bounds the time
+    from ``send`` to the acknowledgement, retries included.
+    """
+
+    bootstrap_url: str
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
+    linger_ms: int = 5
+    batch_size: int = 16_384
+    max_in_flight: int = 5
+    delivery_timeout_ms: int = 120_000
+    max_block_ms: int = 60_000
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_in_flight <= 5:
+            raise ValueError("max_in_flight must be within 1..5 for an idempotent producer")
+        if self.linger_ms < 0:
+            raise ValueError("linger_ms must not be negative")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be positive")
+        if not 1 <= self.transaction_timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
+            raise ValueError(
+                f"transaction_timeout_ms must be within 1..{MAX_TRANSACTION_TIMEOUT_MS}"
+            )
+        if self.delivery_timeout_ms < self.linger_ms:
+            raise ValueError("delivery_timeout_ms must be at least linger_ms")
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """Settings of ``Consumer``. ``auto_offset_reset`` applies when a partition has no
+    committed offset (or the committed one is out of range): ``earliest`` or ``latest``."""
+
+    bootstrap_url: str
+    group_id: str | None = None
+    isolation_level: str = "read_committed"
+    auto_offset_reset: str = "earliest"
+    max_poll_records: int = 500
+    fetch_max_bytes: int = 1024 * 1024
+    fetch_max_wait_ms: int = 500
+    retry: RetryConfig = field(default_factory=RetryConfig)
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.isolation_level not in ("read_committed", "read_uncommitted"):
+            raise ValueError("isolation_level is read_committed or read_uncommitted")
+        if self.auto_offset_reset not in ("earliest", "latest"):
+            raise ValueError("auto_offset_reset is earliest or latest")
+        if self.max_poll_records < 1:
+            raise ValueError("max_poll_records must be positive")

@@ -1,0 +1,270 @@
+"""The producer's logic without I/O, shared by the sync and async twins.
+
+``ProducerCore`` joins the state machine (``_state``), the accumulator (``_accumulator``)
+and the metadata cache, and answers two questions for the sender of either twin: what to
+send now (``next_actions``), and what an answer means (``on_*``). The twins only move
+bytes, wait, and wake each other up; every decision is made here, once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sdk._accumulator import FutureLike, Partitioner, ProducerBatch, RecordAccumulator
+from sdk._config import ProducerConfig
+from sdk._errors import ProducerClosedError, TransactionAbortedError, copy_error
+from sdk._state import ProducerState, TransactionManager
+from sdk._transport import POLICIES, UNKNOWN_OUTCOME, Req, Verdict, backoff_s, classify
+from sdk._types import OffsetAndMetadata, Payload, RecordMetadata, TopicPartition, as_offset
+from sdk._types import as_topic_partition as _tp
+from sdk.metadata import MetadataCache
+from sdk.protocol.errors import (
+    AbortableError,
+    FatalError,
+    UnknownTopicOrPartitionError,
+    error_for,
+)
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass
+class Actions:
+    """What the sender should do now."""
+
+    init_producer_id: bool = False
+    add_partitions: list[TopicPartition] = field(default_factory=list)
+    batches: list[ProducerBatch] = field(default_factory=list)
+    wake_at_ms: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.init_producer_id or self.add_partitions or self.batches)
+
+
+class ProducerCore:
+    """Everything a producer decides. Not thread-safe: the sync twin holds a lock."""
+
+    def __init__(
+        self, config: ProducerConfig, batch_future: Callable[[], FutureLike[None]]
+    ) -> None:
+        self.config = config
+        self.txn = TransactionManager(config.transactional_id)
+        self.metadata = MetadataCache(config.bootstrap_url)
+        self.partitioner = Partitioner()
+        self.accumulator = RecordAccumulator(
+            batch_size=config.batch_size,
+            linger_ms=config.linger_ms,
+            max_in_flight=config.max_in_flight,
+            delivery_timeout_ms=config.delivery_timeout_ms,
+            backoff=lambda exc, attempt: backoff_s(exc, attempt, config.retry),
+            batch_future=batch_future,
+        )
+        self.closed = False
+        self.init_in_flight = False
+
+    @property
+    def transactional(self) -> bool:
+        return self.txn.transactional
+
+    @property
+    def state(self) -> ProducerState:
+        return self.txn.state
+
+    # --- send ----------------------------------------------------------------------------
+
+    def check_send(self) -> None:
+        if self.closed:
+            raise ProducerClosedError("the producer is closed")
+        self.txn.ensure_can_send()
+
+    def choose_partition(
+        self, topic: str, key: Payload | None, partition: int | None
+    ) -> TopicPartition:
+        """The record's partition (metadata for ``topic`` must be cached)."""
+        count = self.metadata.partition_count(topic)
+        assert count is not None
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise UnknownTopicOrPartitionError(
+                    f"{topic} has {count} partitions; there is no partition {partition}"
+                )
+            return TopicPartition(topic, partition)
+        return TopicPartition(topic, self.partitioner.partition(topic, key, count))
+
+    def append(
+        self,
+        tp: TopicPartition,
+        key: Payload | None,
+        value: Payload | None,
+        headers: dict[str, str] | None,
+        timestamp_ms: int | None,
+        future: FutureLike[RecordMetadata],
+        keyless: bool,
+    ) -> bool:
+        """Queue a record; True if the sender should look at the queues again now."""
+        if key is not None and not isinstance(key, str | bytes):
+            raise TypeError("a key is str, bytes or None")
+        if value is not None and not isinstance(value, str | bytes):
+            raise TypeError("a value is str, bytes or None")
+        new_partition = (
+            self.transactional
+            and tp not in self.txn.partitions
+            and (tp not in self.txn.pending and tp not in self.txn.adding)
+        )
+        self.txn.maybe_add_partition(tp)
+        new_batch = self.accumulator.append(tp, key, value, headers, timestamp_ms, future, now_ms())
+        if new_batch and keyless:
+            count = self.metadata.partition_count(tp.topic) or 1
+            self.partitioner.on_new_batch(tp.topic, tp.partition, count)
+        return new_batch or new_partition or self.accumulator.last_closed
+
+    # --- the sender's questions ----------------------------------------------------------
+
+    def next_actions(self) -> Actions:
+        now = now_ms()
+        actions = Actions()
+        txn = self.txn
+        if txn.state in (ProducerState.ABORTABLE_ERROR, ProducerState.FATAL_ERROR):
+            assert txn.last_error is not None
+            dropped = self.accumulator.abort_unsent(
+                TransactionAbortedError(f"the transaction cannot commit: {txn.last_error!r}")
+                if txn.state is ProducerState.ABORTABLE_ERROR
+                else copy_error(txn.last_error)
+            )
+            txn.epoch_bump_required = txn.epoch_bump_required or dropped
+        if not self.transactional:
+            if self.accumulator.sequence_broken and txn.has_producer_id:
+                # KIP-360 for a producer without transactions: once nothing is in flight,
+                # take a new producer id so every partition restarts at sequence 0.
+                if self.accumulator.in_flight_count() == 0 and not self.init_in_flight:
+                    txn.state = ProducerState.UNINITIALIZED
+                else:
+                    return actions
+            if not txn.has_producer_id or txn.state is ProducerState.UNINITIALIZED:
+                if self.accumulator.has_unsent() and not self.init_in_flight:
+                    actions.init_producer_id = True
+                    self.init_in_flight = True
+                return actions
+        else:
+            actions.add_partitions = txn.partitions_to_add()
+        if txn.state is ProducerState.INITIALIZING:
+            return actions
+        actions.batches, actions.wake_at_ms = self.accumulator.drain(
+            now, txn.is_sendable, txn.producer_id, txn.producer_epoch
+        )
+        return actions
+
+    def on_producer_id(self, body: dict[str, Any]) -> None:
+        """An idempotent producer's id (``POST /v1/producers``)."""
+        self.init_in_flight = False
+        if self.txn.state is ProducerState.UNINITIALIZED:
+            self.txn.begin_init()
+        self.txn.complete_init(int(body["producer_id"]), int(body["producer_epoch"]))
+        self.accumulator.reset_sequences()
+
+    def on_producer_id_failed(self, exc: BaseException) -> None:
+        self.init_in_flight = False
+        if isinstance(exc, FatalError):
+            self.txn.to_fatal(exc)
+
+    def on_add_result(self, tps: list[TopicPartition], body: dict[str, Any]) -> None:
+        ok: list[TopicPartition] = []
+        for result in body.get("partitions", []):
+            tp = TopicPartition(str(result["topic"]), int(result["partition"]))
+            if result.get("error"):
+                self.txn.on_error(error_for(str(result["error"]), f"adding {tp} failed"))
+            else:
+                ok.append(tp)
+        missing = set(tps) - set(ok)
+        self.txn.on_partitions_added(ok)
+        self.txn.on_add_failed(sorted(missing), retry=False)
+
+    def on_add_failed(self, tps: list[TopicPartition], exc: BaseException) -> None:
+        self.txn.on_add_failed(tps, retry=False)
+        self.on_request_error(exc)
+
+    def on_request_error(self, exc: BaseException) -> None:
+        """A coordinator request failed for good: fatal stays fatal, anything else makes
+        the transaction abortable (Kafka treats an exhausted retry the same way)."""
+        self.txn.on_error(exc)
+        if not isinstance(exc, FatalError | AbortableError) and self.transactional:
+            self.txn.to_abortable(exc)
+
+    def on_wire(self, batch: ProducerBatch) -> None:
+        """The batch's request is written: the partition's next batch may go."""
+        batch.on_wire = True
+
+    def on_produce_ok(self, batch: ProducerBatch, body: dict[str, Any]) -> None:
+        self.accumulator.complete(batch, body)
+
+    def on_produce_error(self, batch: ProducerBatch, exc: BaseException) -> None:
+        verdict = classify(POLICIES[Req.PRODUCE], exc)
+        if verdict is Verdict.REFIND or isinstance(exc, UNKNOWN_OUTCOME):
+            self.metadata.invalidate_topic(batch.tp.topic)
+        final = self.accumulator.failed(batch, exc, now_ms())
+        if final is not None:
+            self.txn.on_error(final)
+            if self.transactional and not isinstance(final, FatalError):
+                self.txn.to_abortable(final)
+
+    # --- commit / abort ------------------------------------------------------------------
+
+    def begin_flush(self) -> list[FutureLike[None]]:
+        self.accumulator.flushing = True
+        return self.accumulator.pending_done()
+
+    def end_flush(self) -> None:
+        self.accumulator.flushing = False
+
+    def begin_abort(self) -> None:
+        self.txn.begin_abort()
+        if self.accumulator.abort_unsent(TransactionAbortedError("the transaction was aborted")):
+            self.txn.epoch_bump_required = True
+        self.txn.pending.clear()
+
+    def commit_outcome(self) -> None:
+        """After the flush: refuse the commit if a batch failed."""
+        if self.txn.state in (ProducerState.ABORTABLE_ERROR, ProducerState.FATAL_ERROR):
+            assert self.txn.last_error is not None
+            raise copy_error(self.txn.last_error)
+
+    def end_body(self) -> dict[str, Any]:
+        return {"producer_id": self.txn.producer_id, "producer_epoch": self.txn.producer_epoch}
+
+    def init_body(self, bump: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"transaction_timeout_ms": self.config.transaction_timeout_ms}
+        if bump and self.txn.has_producer_id:
+            body.update(producer_id=self.txn.producer_id, producer_epoch=self.txn.producer_epoch)
+        return body
+
+    def on_init(self, body: dict[str, Any]) -> None:
+        self.txn.complete_init(int(body["producer_id"]), int(body["producer_epoch"]))
+        self.accumulator.reset_sequences()
+
+    def txn_offsets_body(self, offsets: dict[TopicPartition, OffsetAndMetadata]) -> dict[str, Any]:
+        assert self.txn.transactional_id is not None
+        return {
+            "transactional_id": self.txn.transactional_id,
+            "producer_id": self.txn.producer_id,
+            "producer_epoch": self.txn.producer_epoch,
+            "offsets": offsets_json(offsets),
+        }
+
+
+def normalise_offsets(
+    offsets: dict[TopicPartition, OffsetAndMetadata | int] | dict[tuple[str, int], int] | Any,
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    return {_tp(tp): as_offset(value) for tp, value in dict(offsets).items()}
+
+
+def offsets_json(offsets: dict[TopicPartition, OffsetAndMetadata]) -> list[dict[str, Any]]:
+    return [
+        {"topic": tp.topic, "partition": tp.partition, "offset": om.offset, "metadata": om.metadata}
+        for tp, om in sorted(offsets.items())
+    ]

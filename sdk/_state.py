@@ -1,0 +1,250 @@
+"""The producer's client-side state machine (Kafka's ``TransactionManager``), with no I/O.
+
+::
+
+    UNINITIALIZED ─init─▶ INITIALIZING ─▶ READY ─begin─▶ IN_TRANSACTION ─commit─▶ COMMITTING
+                              ▲             ▲  ▲                │   │                 │
+                              │ (KIP-360    │  └──── done ──────┼───┼─────────────────┘
+                              │  epoch bump)│                   │   └─abort─▶ ABORTING ─┐
+                              └─────────────┴──── done ─────────┼────────────────────────┘
+                                                 abortable error▼           ▲
+                                                         ABORTABLE_ERROR ─abort─┘
+                    any state ── fatal error (fenced, bad epoch, ...) ──▶ FATAL_ERROR
+
+The producer asks this object before every call and tells it every answer; it refuses a
+call made out of order with ``IllegalStateError`` (or re-raises the error that put it in
+ABORTABLE_ERROR / FATAL_ERROR), so the rules are tested here without a server. It also
+keeps the partitions of the open transaction: a partition must be added at the coordinator
+(one batched call for all new ones) before the first batch is sent to it.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from sdk._errors import DeliveryTimeoutError, IllegalStateError, copy_error
+from sdk._types import TopicPartition
+from sdk.protocol.errors import AbortableError, EosError, FatalError
+
+
+class ProducerState(enum.Enum):
+    UNINITIALIZED = "UNINITIALIZED"
+    INITIALIZING = "INITIALIZING"
+    READY = "READY"
+    IN_TRANSACTION = "IN_TRANSACTION"
+    COMMITTING_TRANSACTION = "COMMITTING_TRANSACTION"
+    ABORTING_TRANSACTION = "ABORTING_TRANSACTION"
+    ABORTABLE_ERROR = "ABORTABLE_ERROR"
+    FATAL_ERROR = "FATAL_ERROR"
+
+
+S = ProducerState
+
+#: target -> the states it may be entered from (Kafka's ``State.isTransitionValid``).
+_VALID_PREVIOUS: dict[ProducerState, frozenset[ProducerState]] = {
+    S.UNINITIALIZED: frozenset(),
+    S.INITIALIZING: frozenset({S.UNINITIALIZED, S.INITIALIZING, S.ABORTING_TRANSACTION}),
+    S.READY: frozenset({S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION}),
+    S.IN_TRANSACTION: frozenset({S.READY}),
+    S.COMMITTING_TRANSACTION: frozenset({S.IN_TRANSACTION, S.COMMITTING_TRANSACTION}),
+    S.ABORTING_TRANSACTION: frozenset(
+        {S.IN_TRANSACTION, S.ABORTABLE_ERROR, S.ABORTING_TRANSACTION}
+    ),
+    S.ABORTABLE_ERROR: frozenset({S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTABLE_ERROR}),
+    S.FATAL_ERROR: frozenset(ProducerState),
+}
+
+#: Errors after which the sequence numbers of this producer id and epoch can no longer be
+#: trusted (KIP-360): the epoch is bumped before the next transaction.
+SEQUENCE_ERRORS = frozenset({"OUT_OF_ORDER_SEQUENCE_NUMBER", "UNKNOWN_PRODUCER_ID"})
+
+
+def breaks_sequence(exc: BaseException) -> bool:
+    """Whether ``exc`` leaves the partition's sequence in doubt."""
+    if isinstance(exc, DeliveryTimeoutError):
+        return True
+    return isinstance(exc, EosError) and exc.code in SEQUENCE_ERRORS
+
+
+class TransactionManager:
+    """State, producer id/epoch and the open transaction's partitions of one producer.
+
+    ``transactional`` is false for the idempotent ``Producer``: it only goes
+    UNINITIALIZED -> INITIALIZING -> READY and never enters a transaction.
+    """
+
+    def __init__(self, transactional_id: str | None) -> None:
+        self.transactional_id = transactional_id
+        self.state = S.UNINITIALIZED
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.last_error: BaseException | None = None
+        self.epoch_bump_required = False
+        self.partitions: set[TopicPartition] = set()  # added at the coordinator
+        self.pending: set[TopicPartition] = set()  # to add before their first batch
+        self.adding: set[TopicPartition] = set()  # in an add-partitions call right now
+        self.groups: set[str] = set()  # offsets added (AddOffsetsToTxn)
+        self.started_at_coordinator = False  # an add was sent: the end call is needed
+
+    @property
+    def transactional(self) -> bool:
+        return self.transactional_id is not None
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+    def _transition(self, target: ProducerState) -> None:
+        if self.state not in _VALID_PREVIOUS[target]:
+            raise IllegalStateError(f"invalid transition {self.state.value} -> {target.value}")
+        self.state = target
+
+    def _raise_if_failed(self) -> None:
+        """In FATAL_ERROR or ABORTABLE_ERROR every call but the way out raises the error
+        that put the producer there (close it, or abort the transaction)."""
+        if self.state in (S.FATAL_ERROR, S.ABORTABLE_ERROR):
+            assert self.last_error is not None
+            raise copy_error(self.last_error) from self.last_error
+
+    # --- init ----------------------------------------------------------------------------
+
+    def begin_init(self) -> None:
+        if self.state is S.FATAL_ERROR:
+            self._raise_if_failed()
+        if self.state not in (S.UNINITIALIZED, S.INITIALIZING):
+            raise IllegalStateError(f"init_transactions in state {self.state.value}")
+        self._transition(S.INITIALIZING)
+
+    def begin_epoch_bump(self) -> None:
+        """After an abort that left the sequences in doubt (KIP-360)."""
+        self._transition(S.INITIALIZING)
+
+    def complete_init(self, producer_id: int, producer_epoch: int) -> None:
+        self._transition(S.READY)
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self.epoch_bump_required = False
+        self.last_error = None
+        self._clear_transaction()
+
+    # --- the transaction -----------------------------------------------------------------
+
+    def _clear_transaction(self) -> None:
+        self.partitions.clear()
+        self.pending.clear()
+        self.adding.clear()
+        self.groups.clear()
+        self.started_at_coordinator = False
+
+    def _require_transactional(self, what: str) -> None:
+        if not self.transactional:
+            raise IllegalStateError(f"{what} needs a transactional producer")
+
+    def begin_transaction(self) -> None:
+        self._require_transactional("begin_transaction")
+        self._raise_if_failed()
+        if self.state is not S.READY:
+            raise IllegalStateError(f"begin_transaction in state {self.state.value}")
+        self._transition(S.IN_TRANSACTION)
+        self._clear_transaction()
+
+    def ensure_can_send(self) -> None:
+        """Refuse a send unless the producer may append records now."""
+        self._raise_if_failed()
+        if self.transactional and self.state is not S.IN_TRANSACTION:
+            raise IllegalStateError(
+                f"send needs an open transaction (state {self.state.value}); "
+                "call begin_transaction first"
+            )
+
+    def ensure_can_add_offsets(self) -> None:
+        self._require_transactional("send_offsets_to_transaction")
+        self._raise_if_failed()
+        if self.state is not S.IN_TRANSACTION:
+            raise IllegalStateError(f"send_offsets_to_transaction in state {self.state.value}")
+
+    def maybe_add_partition(self, tp: TopicPartition) -> None:
+        if self.transactional and tp not in self.partitions:
+            self.pending.add(tp)
+
+    def is_sendable(self, tp: TopicPartition) -> bool:
+        """A batch may leave only for a partition the coordinator has added."""
+        return not self.transactional or tp in self.partitions
+
+    def partitions_to_add(self) -> list[TopicPartition]:
+        """The partitions for the next add-partitions call (none while one is in flight)."""
+        if (
+            self.adding
+            or not self.pending
+            or self.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION)
+        ):
+            return []
+        batch = sorted(self.pending)
+        self.adding = set(batch)
+        self.pending.difference_update(batch)
+        self.started_at_coordinator = True
+        return batch
+
+    def on_partitions_added(self, added: list[TopicPartition]) -> None:
+        self.partitions.update(added)
+        self.adding.difference_update(added)
+
+    def on_add_failed(self, tps: list[TopicPartition], retry: bool) -> None:
+        self.adding.difference_update(tps)
+        if retry:
+            self.pending.update(tps)
+
+    def on_offsets_added(self, group_id: str) -> None:
+        self.started_at_coordinator = True
+        self.groups.add(group_id)
+
+    def begin_commit(self) -> None:
+        self._require_transactional("commit_transaction")
+        self._raise_if_failed()
+        if self.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION):
+            raise IllegalStateError(f"commit_transaction in state {self.state.value}")
+        self._transition(S.COMMITTING_TRANSACTION)
+
+    def begin_abort(self) -> None:
+        self._require_transactional("abort_transaction")
+        if self.state is S.FATAL_ERROR:
+            self._raise_if_failed()
+        if self.state not in (S.IN_TRANSACTION, S.ABORTABLE_ERROR, S.ABORTING_TRANSACTION):
+            raise IllegalStateError(f"abort_transaction in state {self.state.value}")
+        self._transition(S.ABORTING_TRANSACTION)
+
+    @property
+    def needs_end_call(self) -> bool:
+        """Whether the coordinator has a transaction to end (DESIGN.md: the SDK sends no
+        commit or abort for a transaction that added nothing)."""
+        return self.started_at_coordinator
+
+    def complete_end(self) -> None:
+        """Commit or abort is done at the coordinator."""
+        self._clear_transaction()
+        if self.state is S.ABORTING_TRANSACTION and self.epoch_bump_required:
+            self.begin_epoch_bump()
+        else:
+            self._transition(S.READY)
+
+    # --- errors --------------------------------------------------------------------------
+
+    def on_error(self, exc: BaseException) -> None:
+        """Record an error from any request: fatal errors end the producer; for a
+        transactional producer the others make the transaction abortable."""
+        if breaks_sequence(exc):
+            self.epoch_bump_required = True
+        if isinstance(exc, FatalError):
+            self.to_fatal(exc)
+        elif self.transactional and isinstance(exc, AbortableError | DeliveryTimeoutError):
+            self.to_abortable(exc)
+
+    def to_abortable(self, exc: BaseException) -> None:
+        if self.state in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION, S.ABORTABLE_ERROR):
+            self.last_error = exc
+            self._transition(S.ABORTABLE_ERROR)
+        elif self.state is S.ABORTING_TRANSACTION and self.last_error is None:
+            self.last_error = exc
+
+    def to_fatal(self, exc: BaseException) -> None:
+        self.last_error = exc
+        self.state = S.FATAL_ERROR

@@ -1,0 +1,394 @@
+"""The transport seam: HTTP requests, the error envelope -> exception mapping, and the
+retry rule of every request, in one table.
+
+Every request the SDK makes has a row in ``POLICIES``: whether it is idempotent (so a
+network error or timeout, after which the server may or may not have applied it, can be
+retried), which retriable codes it retries, and which of them mean "find the coordinator
+again". ``classify`` reads that row; the sync and async transports retry with tenacity
+from it, and the producer's sender uses the same verdicts for produce requests, which it
+reschedules itself so that the order of a partition's batches survives retries.
+
+Both transports take an httpx transport (``httpx.MockTransport``, ``httpx.ASGITransport``,
+or a wrapper that injects faults); that is the only seam tests need.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_delay,
+    stop_never,
+)
+from tenacity.stop import stop_base
+
+from sdk._config import RetryConfig
+from sdk._errors import EosTimeoutError, NetworkError
+from sdk.protocol.errors import (
+    EosError,
+    InternalError,
+    RetriableError,
+    error_for,
+)
+
+
+class Req(enum.StrEnum):
+    """Every kind of request the SDK sends."""
+
+    METADATA = "metadata"
+    TOPIC = "topic"
+    CREATE_TOPIC = "create_topic"
+    FIND_COORDINATOR = "find_coordinator"
+    INIT_PRODUCER_ID = "init_producer_id"
+    INIT_TRANSACTIONS = "init_transactions"
+    ADD_PARTITIONS = "add_partitions"
+    ADD_OFFSETS = "add_offsets"
+    END_TXN = "end_txn"
+    PRODUCE = "produce"
+    FETCH = "fetch"
+    LIST_OFFSETS = "list_offsets"
+    OFFSET_COMMIT = "offset_commit"
+    TXN_OFFSET_COMMIT = "txn_offset_commit"
+    OFFSET_FETCH = "offset_fetch"
+    LIST_TRANSACTIONS = "list_transactions"
+    DESCRIBE_TRANSACTION = "describe_transaction"
+    DESCRIBE_PRODUCERS = "describe_producers"
+    FORCE_ABORT = "force_abort"
+
+
+class Verdict(enum.Enum):
+    RETRY = "retry"  # send the same request again after a backoff
+    REFIND = "refind"  # find the coordinator (or leader) again, then retry
+    FAIL = "fail"  # give the error to the caller
+
+
+_ROUTING = frozenset({"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE"})
+_ALL_RETRIABLE = frozenset(
+    {
+        "NOT_COORDINATOR",
+        "COORDINATOR_NOT_AVAILABLE",
+        "COORDINATOR_LOAD_IN_PROGRESS",
+        "CONCURRENT_TRANSACTIONS",
+        "NOT_LEADER_OR_FOLLOWER",
+        "UNSTABLE_OFFSET_COMMIT",
+        "KAFKA_STORAGE_ERROR",
+    }
+)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The retry rule of one kind of request.
+
+    ``idempotent``: sending it twice has the effect of sending it once, so an unknown
+    outcome (connection lost, timeout, a bare 502/503/504) may be retried. ``retriable``:
+    the error codes worth another attempt. ``refind``: codes after which the target is
+    looked up again. ``in_place``: the transport retries it; if false the caller does.
+    """
+
+    idempotent: bool
+    retriable: frozenset[str] = _ALL_RETRIABLE
+    refind: frozenset[str] = _ROUTING
+    in_place: bool = True
+
+
+_NODE_REFIND = frozenset({"NOT_LEADER_OR_FOLLOWER", "NOT_COORDINATOR"})
+
+#: The one place where the retry rule of each request lives.
+POLICIES: dict[Req, RetryPolicy] = {
+    Req.METADATA: RetryPolicy(idempotent=True),
+    Req.TOPIC: RetryPolicy(idempotent=True),
+    # A second create after a lost answer would say TOPIC_ALREADY_EXISTS: not idempotent.
+    Req.CREATE_TOPIC: RetryPolicy(idempotent=False),
+    Req.FIND_COORDINATOR: RetryPolicy(idempotent=True),
+    # A lost answer only wastes a producer id.
+    Req.INIT_PRODUCER_ID: RetryPolicy(idempotent=True),
+    # A repeated init bumps the epoch once more; the client keeps whatever it gets last.
+    Req.INIT_TRANSACTIONS: RetryPolicy(idempotent=True),
+    Req.ADD_PARTITIONS: RetryPolicy(idempotent=True),
+    Req.ADD_OFFSETS: RetryPolicy(idempotent=True),
+    # The coordinator answers success to a repeat of the decision it already took.
+    Req.END_TXN: RetryPolicy(idempotent=True),
+    # Sequence numbers make a repeat a duplicate; the accumulator keeps the order.
+    Req.PRODUCE: RetryPolicy(
+        idempotent=True,
+        retriable=frozenset(
+            {
+                "NOT_LEADER_OR_FOLLOWER",
+                "KAFKA_STORAGE_ERROR",
+                "COORDINATOR_NOT_AVAILABLE",
+                "CONCURRENT_TRANSACTIONS",
+                "COORDINATOR_LOAD_IN_PROGRESS",
+            }
+        ),
+        refind=frozenset({"NOT_LEADER_OR_FOLLOWER"}),
+        in_place=False,
+    ),
+    Req.FETCH: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
+    Req.LIST_OFFSETS: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
+    Req.OFFSET_COMMIT: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
+    Req.TXN_OFFSET_COMMIT: RetryPolicy(idempotent=True, refind=_NODE_REFIND | _ROUTING),
+    Req.OFFSET_FETCH: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
+    Req.LIST_TRANSACTIONS: RetryPolicy(idempotent=True),
+    Req.DESCRIBE_TRANSACTION: RetryPolicy(idempotent=True),
+    Req.DESCRIBE_PRODUCERS: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
+    Req.FORCE_ABORT: RetryPolicy(idempotent=True),
+}
+
+
+class UnavailableResponse(Exception):
+    """A 502/503/504 without the error envelope (a proxy or a dying server): the request
+    may or may not have been applied, exactly like a lost connection."""
+
+
+#: Failures after which the outcome of a request is unknown.
+UNKNOWN_OUTCOME = (httpx.TransportError, UnavailableResponse)
+
+
+def classify(policy: RetryPolicy, exc: BaseException) -> Verdict:
+    """What to do after ``exc``, by the policy's row."""
+    if isinstance(exc, UNKNOWN_OUTCOME):
+        return Verdict.RETRY if policy.idempotent else Verdict.FAIL
+    if isinstance(exc, RetriableError) and exc.code in policy.retriable:
+        return Verdict.REFIND if exc.code in policy.refind else Verdict.RETRY
+    return Verdict.FAIL
+
+
+def backoff_s(exc: BaseException | None, attempt: int, retry: RetryConfig) -> float:
+    """Exponential backoff with jitter; CONCURRENT_TRANSACTIONS gets the short one."""
+    if isinstance(exc, EosError) and exc.code == "CONCURRENT_TRANSACTIONS":
+        return retry.fast_backoff_ms / 1000
+    base = min(retry.backoff_max_ms, retry.backoff_ms * 2 ** max(0, attempt - 1))
+    return float(base * random.uniform(0.8, 1.2) / 1000)
+
+
+def parse_response(response: httpx.Response) -> Any:
+    """The JSON body of a success, or the exception its error envelope names."""
+    if response.status_code < 300:
+        return orjson.loads(response.content) if response.content else {}
+    try:
+        error = orjson.loads(response.content)["error"]
+        code, message = str(error["code"]), str(error.get("message", ""))
+        details = error.get("details")
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        if response.status_code in (502, 503, 504):
+            raise UnavailableResponse(f"HTTP {response.status_code} without an envelope") from None
+        raise InternalError(
+            f"HTTP {response.status_code} without an error envelope: {response.text[:200]}"
+        ) from None
+    raise error_for(code, message, details if isinstance(details, dict) else None)
+
+
+def _final_error(req: Req, policy: RetryPolicy, exc: BaseException) -> BaseException:
+    """Network failures leave as SDK errors: a timeout if retrying was allowed (the caller
+    may call again), NetworkError if the request was not safe to repeat."""
+    if isinstance(exc, UNKNOWN_OUTCOME):
+        if policy.idempotent:
+            return EosTimeoutError(f"{req.value}: no answer before the deadline ({exc!r})")
+        return NetworkError(f"{req.value}: {exc!r}; the request may or may not have applied")
+    return exc
+
+
+def refind_target(exc: BaseException) -> str | None:
+    """The owner's URL a NOT_COORDINATOR names, when it names one."""
+    if isinstance(exc, EosError):
+        url = exc.details.get("coordinator_url")
+        if isinstance(url, str) and url:
+            return url.rstrip("/")
+    return None
+
+
+Invalidate = Callable[[BaseException], None]
+
+
+class _RetryShape:
+    """The tenacity arguments a policy implies, shared by both transports."""
+
+    def __init__(
+        self, req: Req, retry: RetryConfig, timeout_s: float | None, invalidate: Invalidate | None
+    ) -> None:
+        self.req = req
+        self.policy = POLICIES[req]
+        self.retry = retry
+        self.stop: stop_base = stop_never if timeout_s is None else stop_after_delay(timeout_s)
+        self.invalidate = invalidate
+
+    def should_retry(self, exc: BaseException) -> bool:
+        return self.policy.in_place and classify(self.policy, exc) is not Verdict.FAIL
+
+    def wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        return backoff_s(exc, state.attempt_number, self.retry)
+
+    def before_sleep(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        if exc is None or self.invalidate is None:
+            return
+        if classify(self.policy, exc) is Verdict.REFIND or isinstance(exc, UNKNOWN_OUTCOME):
+            self.invalidate(exc)
+
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "stop": self.stop,
+            "wait": self.wait,
+            "retry": retry_if_exception(self.should_retry),
+            "before_sleep": self.before_sleep,
+            "reraise": True,
+        }
+
+
+def _client_kwargs(retry: RetryConfig, headers: dict[str, str]) -> dict[str, Any]:
+    return {
+        "timeout": retry.request_timeout_ms / 1000,
+        "headers": {"content-type": "application/json", **headers},
+        "limits": httpx.Limits(max_connections=200, max_keepalive_connections=100),
+    }
+
+
+_BODY_SENT = "http11.send_request_body.complete"
+
+
+def _sync_trace(on_wire: Callable[[], None]) -> Callable[[str, dict[str, Any]], None]:
+    def trace(event: str, _info: dict[str, Any]) -> None:
+        if event == _BODY_SENT:
+            on_wire()
+
+    return trace
+
+
+def _async_trace(
+    on_wire: Callable[[], None],
+) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
+    async def trace(event: str, _info: dict[str, Any]) -> None:
+        if event == _BODY_SENT:
+            on_wire()
+
+    return trace
+
+
+def _body(json: Any) -> bytes | None:
+    return None if json is None else orjson.dumps(json)
+
+
+class SyncTransport:
+    """Blocking requests through ``httpx.Client``; safe to share between threads."""
+
+    def __init__(
+        self,
+        retry: RetryConfig,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.retry = retry
+        self.client = httpx.Client(transport=transport, **_client_kwargs(retry, headers or {}))
+
+    def send_once(
+        self, method: str, url: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> Any:
+        """One attempt; the envelope becomes an exception."""
+        response = self.client.request(method, url, content=_body(json), params=params)
+        return parse_response(response)
+
+    def call(
+        self,
+        req: Req,
+        method: str,
+        path: str,
+        *,
+        base: Callable[[], str],
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        invalidate: Invalidate | None = None,
+    ) -> Any:
+        """Send with the retry rule of ``req``; ``base()`` is asked for the target on
+        every attempt so a re-found coordinator is used at once."""
+        shape = _RetryShape(req, self.retry, timeout_s, invalidate)
+        try:
+            for attempt in Retrying(**shape.kwargs()):
+                with attempt:
+                    return self.send_once(method, base() + path, json=json, params=params)
+        except BaseException as exc:
+            final = _final_error(req, shape.policy, exc)
+            if final is exc:
+                raise
+            raise final from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class AsyncTransport:
+    """The async twin of ``SyncTransport`` on ``httpx.AsyncClient``."""
+
+    def __init__(
+        self,
+        retry: RetryConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.retry = retry
+        self.client = httpx.AsyncClient(transport=transport, **_client_kwargs(retry, headers or {}))
+
+    async def send_once(
+        self, method: str, url: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> Any:
+        response = await self.client.request(method, url, content=_body(json), params=params)
+        return parse_response(response)
+
+    async def call(
+        self,
+        req: Req,
+        method: str,
+        path: str,
+        *,
+        base: Callable[[], Awaitable[str]],
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        invalidate: Invalidate | None = None,
+    ) -> Any:
+        shape = _RetryShape(req, self.retry, timeout_s, invalidate)
+        try:
+            async for attempt in AsyncRetrying(**shape.kwargs()):
+                with attempt:
+                    url = await base()
+                    return await self.send_once(method, url + path, json=json, params=params)
+        except BaseException as exc:
+            final = _final_error(req, shape.policy, exc)
+            if final is exc:
+                raise
+            raise final from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+__all__ = [
+    "POLICIES",
+    "UNKNOWN_OUTCOME",
+    "AsyncTransport",
+    "Req",
+    "RetryPolicy",
+    "SyncTransport",
+    "UnavailableResponse",
+    "Verdict",
+    "backoff_s",
+    "classify",
+    "parse_response",
+    "refind_target",
+]

@@ -1,0 +1,67 @@
+"""Value types of the public API: topic-partitions, offsets, record metadata, records.
+
+They are small immutable tuples so users can build them by hand, compare them, use them as
+dictionary keys (``{TopicPartition("orders", 0): 42}``), and unpack them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+#: A key or value as the user gives it: text travels as UTF-8, bytes as base64.
+Payload = str | bytes
+
+
+class TopicPartition(NamedTuple):
+    """One partition of one topic.
+
+    >>> TopicPartition("orders", 0)
+    TopicPartition(topic='orders', partition=0)
+    """
+
+    topic: str
+    partition: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    """An offset to commit for a consumer group: the *next* offset to read, as in Kafka."""
+
+    offset: int
+    metadata: str | None = None
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record landed. ``duplicate`` is true when the node recognised
+    a retried batch and answered with the offsets it first assigned."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    duplicate: bool = False
+
+
+class ConsumerRecord(NamedTuple):
+    """A record read by a ``Consumer``. Values sent as bytes come back as bytes."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: Payload | None
+    value: Payload | None
+    headers: dict[str, str]
+    timestamp_ms: int
+
+
+def as_topic_partition(tp: TopicPartition | tuple[str, int]) -> TopicPartition:
+    """Accept a plain ``(topic, partition)`` tuple wherever a ``TopicPartition`` is wanted."""
+    if isinstance(tp, TopicPartition):
+        return tp
+    topic, partition = tp
+    return TopicPartition(str(topic), int(partition))
+
+
+def as_offset(value: int | OffsetAndMetadata) -> OffsetAndMetadata:
+    if isinstance(value, OffsetAndMetadata):
+        return value
+    return OffsetAndMetadata(int(value))
