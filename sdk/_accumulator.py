@@ -370,7 +370,7 @@ class RecordAccumulator:
     def _fail(self, batch: ProducerBatch, exc: BaseException) -> None:
         for future in batch.futures:
             _settle(future, exc=exc)
-        _settle(batch.done, exc=exc)
+        _settle(batch.done)  # "done" says settled; the records' futures carry the error
 
     # --- whole-producer operations -------------------------------------------------------
 

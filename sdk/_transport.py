@@ -344,9 +344,18 @@ class AsyncTransport:
         self.client = httpx.AsyncClient(transport=transport, **_client_kwargs(retry, headers or {}))
 
     async def send_once(
-        self, method: str, url: str, *, json: Any = None, params: dict[str, Any] | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        on_wire: Callable[[], None] | None = None,
     ) -> Any:
-        response = await self.client.request(method, url, content=_body(json), params=params)
+        extensions = None if on_wire is None else {"trace": _async_trace(on_wire)}
+        response = await self.client.request(
+            method, url, content=_body(json), params=params, extensions=extensions
+        )
         return parse_response(response)
 
     async def call(
