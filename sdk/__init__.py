@@ -1,1 +1,132 @@
-"""EOS Python SDK: transactional and idempotent producers, consumer and admin over HTTP."""
+"""EOS Python SDK: transactional and idempotent producers, consumer and admin over HTTP.
+
+Blocking clients and their asyncio twins (``Async*``) behave alike::
+
+    from sdk import Consumer, TransactionalProducer
+
+    producer = TransactionalProducer("http://127.0.0.1:8080", "enricher-0")
+    producer.init_transactions()
+    with Consumer("http://127.0.0.1:8080", group_id="enricher") as consumer:
+        consumer.assign([("orders", 0)])
+        records = consumer.poll(timeout=1.0)
+        with producer.transaction():
+            for record in records:
+                producer.send("enriched", f"{record.value}!", key=record.key)
+            producer.send_offsets_to_transaction(
+                {("orders", 0): consumer.position(("orders", 0))}, "enricher"
+            )
+
+Errors: the wire errors of ``sdk.protocol.errors`` (``RetriableError``, ``AbortableError``,
+``FatalError`` and their codes' classes) and the client's own (``ClientError`` tree).
+"""
+
+from sdk._config import USE_DEFAULT, RetryConfig, UseDefault
+from sdk._errors import (
+    ClientError,
+    DeliveryTimeoutError,
+    EosTimeoutError,
+    IllegalStateError,
+    NetworkError,
+    ProducerClosedError,
+    TransactionAbortedError,
+)
+from sdk._state import ProducerState
+from sdk._types import ConsumerRecord, OffsetAndMetadata, RecordMetadata, TopicPartition
+from sdk.admin import AdminClient
+from sdk.aio.admin import AsyncAdminClient
+from sdk.aio.consumer import AsyncConsumer
+from sdk.aio.producer import AsyncProducer, AsyncTransactionalProducer
+from sdk.consumer import Consumer
+from sdk.producer import Producer, TransactionalProducer
+from sdk.protocol.errors import (
+    AbortableError,
+    ConcurrentTransactionsError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    EosError,
+    FatalError,
+    GroupAuthorizationFailedError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidRecordError,
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    KafkaStorageError,
+    MessageTooLargeError,
+    NotCoordinatorError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceNumberError,
+    PlainError,
+    ProducerFencedError,
+    RetriableError,
+    TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
+    TransactionAbortableError,
+    TransactionalIdAuthorizationFailedError,
+    TransactionalIdNotFoundError,
+    TransactionCoordinatorFencedError,
+    UnauthenticatedError,
+    UnknownProducerIdError,
+    UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
+)
+
+__all__ = [
+    "USE_DEFAULT",
+    "AbortableError",
+    "AdminClient",
+    "AsyncAdminClient",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "AsyncTransactionalProducer",
+    "ClientError",
+    "ConcurrentTransactionsError",
+    "Consumer",
+    "ConsumerRecord",
+    "CoordinatorLoadInProgressError",
+    "CoordinatorNotAvailableError",
+    "DeliveryTimeoutError",
+    "EosError",
+    "EosTimeoutError",
+    "FatalError",
+    "GroupAuthorizationFailedError",
+    "IllegalStateError",
+    "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
+    "InvalidRecordError",
+    "InvalidRequestError",
+    "InvalidTransactionTimeoutError",
+    "InvalidTxnStateError",
+    "KafkaStorageError",
+    "MessageTooLargeError",
+    "NetworkError",
+    "NotCoordinatorError",
+    "NotLeaderOrFollowerError",
+    "OffsetAndMetadata",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceNumberError",
+    "PlainError",
+    "Producer",
+    "ProducerClosedError",
+    "ProducerFencedError",
+    "ProducerState",
+    "RecordMetadata",
+    "RetriableError",
+    "RetryConfig",
+    "TopicAlreadyExistsError",
+    "TopicAuthorizationFailedError",
+    "TopicPartition",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
+    "TransactionCoordinatorFencedError",
+    "TransactionalIdAuthorizationFailedError",
+    "TransactionalIdNotFoundError",
+    "TransactionalProducer",
+    "UnauthenticatedError",
+    "UnknownProducerIdError",
+    "UnknownTopicOrPartitionError",
+    "UnstableOffsetCommitError",
+    "UseDefault",
+]

@@ -11,3 +11,9 @@ Example::
         await producer.send("enriched", "order-1+")
     await producer.close()
 """
+
+from sdk.aio.admin import AsyncAdminClient
+from sdk.aio.consumer import AsyncConsumer
+from sdk.aio.producer import AsyncProducer, AsyncTransactionalProducer
+
+__all__ = ["AsyncAdminClient", "AsyncConsumer", "AsyncProducer", "AsyncTransactionalProducer"]

@@ -1,0 +1,233 @@
+# Generated from sdk/aio/admin.py by sdk/_unasync.py: edit that file, not this one.
+"""``AdminClient``: topics, cluster metadata and transactions (blocking twin).
+
+Cluster-wide questions go to the coordinator named by ``bootstrap_url`` (any instance
+answers them from the shared store); ``describe_producers`` asks the partition's storage
+node. Answers are the wire models of ``sdk.protocol``, so they are typed and validated.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from sdk._config import USE_DEFAULT, RetryConfig, TimeoutArg, resolve_timeout
+from sdk._transport import Req, SyncTransport
+from sdk._types import TopicPartition, as_topic_partition
+from sdk.metadata import MetadataCache, find_coordinator_params, topic_path
+from sdk.protocol.coordinator import (
+    FindCoordinatorResponse,
+    MetadataResponse,
+    TopicInfo,
+    TransactionDescription,
+    TransactionListing,
+)
+from sdk.protocol.errors import TopicAlreadyExistsError
+from sdk.protocol.node import PartitionOffsets, ProducerDescription
+from sdk.protocol.states import TransactionState
+
+_DEFAULT_TIMEOUT_MS = 30_000
+
+
+class AdminClient:
+    """Administration of an EOS cluster.
+
+    Example::
+
+        with AdminClient("http://127.0.0.1:8080") as admin:
+            admin.create_topic("orders", partitions=3, exist_ok=True)
+            for txn in admin.list_transactions(min_duration_ms=60_000):
+                admin.abort_transaction(txn.transactional_id)
+    """
+
+    def __init__(
+        self,
+        bootstrap_url: str,
+        *,
+        retry: RetryConfig | None = None,
+        headers: dict[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._metadata = MetadataCache(bootstrap_url)
+        self._http = SyncTransport(
+            retry or RetryConfig(), transport=transport, headers=headers or {}
+        )
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _bootstrap(self) -> str:
+        return self._metadata.bootstrap_url
+
+    def _get(
+        self, req: Req, path: str, timeout: TimeoutArg, params: dict[str, Any] | None = None
+    ) -> Any:
+        return self._http.call(
+            req,
+            "GET",
+            path,
+            base=self._bootstrap,
+            params=params,
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+        )
+
+    # --- topics and cluster --------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        exist_ok: bool = False,
+        timeout: TimeoutArg = USE_DEFAULT,
+    ) -> TopicInfo:
+        """Create a topic; with ``exist_ok`` an existing one is described instead."""
+        try:
+            body = self._http.call(
+                Req.CREATE_TOPIC,
+                "POST",
+                "/v1/topics",
+                base=self._bootstrap,
+                json={"name": name, "partitions": partitions},
+                timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+            )
+        except TopicAlreadyExistsError:
+            if not exist_ok:
+                raise
+            return self.describe_topic(name, timeout=timeout)
+        return TopicInfo.model_validate(body)
+
+    def create_topics(
+        self, topics: dict[str, int], *, exist_ok: bool = False, timeout: TimeoutArg = USE_DEFAULT
+    ) -> list[TopicInfo]:
+        """Create several topics (name -> partitions), one request each."""
+        return [
+            self.create_topic(name, count, exist_ok=exist_ok, timeout=timeout)
+            for name, count in topics.items()
+        ]
+
+    def describe_topic(self, name: str, *, timeout: TimeoutArg = USE_DEFAULT) -> TopicInfo:
+        return TopicInfo.model_validate(self._get(Req.TOPIC, topic_path(name), timeout))
+
+    def describe_cluster(self, *, timeout: TimeoutArg = USE_DEFAULT) -> MetadataResponse:
+        """The cluster id, the storage nodes and every topic with its partitions' leaders."""
+        body = self._get(Req.METADATA, "/v1/metadata", timeout)
+        return MetadataResponse.model_validate(body)
+
+    def find_coordinator(
+        self, key: str, key_type: str = "transaction", *, timeout: TimeoutArg = USE_DEFAULT
+    ) -> FindCoordinatorResponse:
+        """Who serves a transactional id (a coordinator) or a group (a storage node)."""
+        body = self._get(
+            Req.FIND_COORDINATOR,
+            "/v1/coordinators",
+            timeout,
+            params=find_coordinator_params(key, key_type),
+        )
+        return FindCoordinatorResponse.model_validate(body)
+
+    def list_offsets(
+        self, partition: TopicPartition | tuple[str, int], *, timeout: TimeoutArg = USE_DEFAULT
+    ) -> PartitionOffsets:
+        """Log start, high watermark and last stable offset of one partition."""
+        tp = as_topic_partition(partition)
+        url = self._leader(tp, timeout)
+        body = self._http.call(
+            Req.LIST_OFFSETS,
+            "GET",
+            f"/v1/partitions/{tp.topic}/{tp.partition}/offsets",
+            base=lambda: self._const(url),
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+        )
+        return PartitionOffsets.model_validate(body)
+
+    # --- transactions (KIP-664) ----------------------------------------------------------
+
+    def list_transactions(
+        self,
+        state: TransactionState | str | None = None,
+        min_duration_ms: int | None = None,
+        *,
+        timeout: TimeoutArg = USE_DEFAULT,
+    ) -> list[TransactionListing]:
+        """Transactional ids, optionally only those in ``state`` or open for at least
+        ``min_duration_ms`` (the hanging ones)."""
+        params: dict[str, Any] = {}
+        if state is not None:
+            params["state"] = str(TransactionState(state).value)
+        if min_duration_ms is not None:
+            params["min_duration_ms"] = min_duration_ms
+        body = self._get(Req.LIST_TRANSACTIONS, "/v1/transactions", timeout, params)
+        return [TransactionListing.model_validate(t) for t in body["transactions"]]
+
+    def describe_transaction(
+        self, transactional_id: str, *, timeout: TimeoutArg = USE_DEFAULT
+    ) -> TransactionDescription:
+        path = f"/v1/transactions/{quote(transactional_id, safe='')}"
+        body = self._get(Req.DESCRIBE_TRANSACTION, path, timeout)
+        return TransactionDescription.model_validate(body)
+
+    def describe_producers(
+        self, partition: TopicPartition | tuple[str, int], *, timeout: TimeoutArg = USE_DEFAULT
+    ) -> list[ProducerDescription]:
+        """Producers with state on one partition, with their open transaction's first
+        offset (what holds the last stable offset back)."""
+        tp = as_topic_partition(partition)
+        url = self._leader(tp, timeout)
+        body = self._http.call(
+            Req.DESCRIBE_PRODUCERS,
+            "GET",
+            f"/v1/partitions/{tp.topic}/{tp.partition}/producers",
+            base=lambda: self._const(url),
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+        )
+        return [ProducerDescription.model_validate(p) for p in body["producers"]]
+
+    def abort_transaction(
+        self, transactional_id: str, *, timeout: TimeoutArg = USE_DEFAULT
+    ) -> TransactionState:
+        """Abort a hanging transaction and fence its producer; returns the new state."""
+        path = f"/v1/admin/transactions/{quote(transactional_id, safe='')}/abort"
+
+        def owner() -> str:
+            return self._coordinator(transactional_id, timeout)
+
+        body = self._http.call(
+            Req.FORCE_ABORT,
+            "POST",
+            path,
+            base=owner,
+            json={},
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+            invalidate=self._metadata.invalidate_txn_coordinator,
+        )
+        return TransactionState(body["state"])
+
+    # --- lookups -------------------------------------------------------------------------
+
+    def _const(self, url: str) -> str:
+        return url
+
+    def _leader(self, tp: TopicPartition, timeout: TimeoutArg) -> str:
+        url = self._metadata.leader(tp)
+        if url is None:
+            self._metadata.update_topic(
+                (self.describe_topic(tp.topic, timeout=timeout)).model_dump()
+            )
+            url = self._metadata.leader(tp)
+            assert url is not None
+        return url
+
+    def _coordinator(self, transactional_id: str, timeout: TimeoutArg) -> str:
+        if self._metadata.txn_coordinator is None:
+            found = self.find_coordinator(transactional_id, timeout=timeout)
+            self._metadata.txn_coordinator = found.url.rstrip("/")
+        return self._metadata.txn_coordinator

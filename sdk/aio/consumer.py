@@ -1,0 +1,266 @@
+"""``AsyncConsumer``: assign partitions, poll records, commit group offsets (async twin).
+
+Partitions are assigned by the application (``assign``), as with Kafka's manual
+assignment; the group id only names where committed offsets live. With the default
+``read_committed`` a record of an aborted or still open transaction is never returned.
+The logic is ``ConsumerCore``'s; this module only does the I/O.
+"""
+
+# The twins share their signatures, ``timeout=`` included (ruff's ASYNC109 would have the
+# async one take ``asyncio.timeout`` instead).
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from sdk._config import USE_DEFAULT, ConsumerConfig, RetryConfig, TimeoutArg, resolve_timeout
+from sdk._consumer_base import ConsumerCore
+from sdk._producer_base import normalise_offsets
+from sdk._transport import AsyncTransport, Req
+from sdk._types import ConsumerRecord, OffsetAndMetadata, TopicPartition, as_topic_partition
+from sdk.metadata import find_coordinator_params, group_path, records_path, topic_path
+from sdk.protocol.errors import OffsetOutOfRangeError
+
+_DEFAULT_TIMEOUT_MS = 30_000
+
+
+class AsyncConsumer:
+    """Reads records of assigned partitions; ``read_committed`` by default.
+
+    Example::
+
+        async with AsyncConsumer("http://127.0.0.1:8080", group_id="enricher") as consumer:
+            consumer.assign([("orders", 0)])
+            for record in await consumer.poll(timeout=1.0):
+                print(record.offset, record.value)
+            await consumer.commit()
+    """
+
+    def __init__(
+        self,
+        bootstrap_url: str,
+        group_id: str | None = None,
+        *,
+        isolation_level: str = "read_committed",
+        auto_offset_reset: str = "earliest",
+        max_poll_records: int = 500,
+        fetch_max_wait_ms: int = 500,
+        retry: RetryConfig | None = None,
+        headers: dict[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        config = ConsumerConfig(
+            bootstrap_url,
+            group_id=group_id,
+            isolation_level=isolation_level,
+            auto_offset_reset=auto_offset_reset,
+            max_poll_records=max_poll_records,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            retry=retry or RetryConfig(),
+            headers=headers or {},
+        )
+        self._core = ConsumerCore(config)
+        self._http = AsyncTransport(config.retry, transport=transport, headers=config.headers)
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- assignment and positions --------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Read exactly these partitions from now on (positions of kept ones stay)."""
+        self._core.check_open()
+        self._core.assign([as_topic_partition(tp) for tp in partitions])
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._core.assignment()
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        """Read ``partition`` from ``offset`` at the next poll."""
+        self._core.seek(partition, offset)
+
+    async def position(
+        self, partition: TopicPartition | tuple[str, int], timeout: TimeoutArg = USE_DEFAULT
+    ) -> int:
+        """The offset of the next record to read (looked up if not yet known)."""
+        if self._core.known_position(partition) is None:
+            await self._resolve_positions(resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS))
+        offset = self._core.known_position(partition)
+        assert offset is not None
+        return offset
+
+    async def _resolve_positions(self, timeout_s: float | None) -> None:
+        unknown = self._core.unknown_positions()
+        if not unknown:
+            return
+        committed: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        if self._core.config.group_id is not None:
+            committed = await self.committed(unknown, require_stable=True, timeout=timeout_s)
+        for tp in unknown:
+            found = committed.get(tp)
+            if found is not None:
+                self._core.seek(tp, found.offset)
+            else:
+                await self._reset(tp, timeout_s)
+
+    async def _reset(self, tp: TopicPartition, timeout_s: float | None) -> None:
+        body = await self._http.call(
+            Req.LIST_OFFSETS,
+            "GET",
+            f"/v1/partitions/{tp.topic}/{tp.partition}/offsets",
+            base=lambda: self._leader(tp),
+            timeout_s=timeout_s,
+            invalidate=lambda _exc: self._core.metadata.invalidate_topic(tp.topic),
+        )
+        self._core.seek(tp, self._core.reset_offset(body))
+
+    # --- polling -------------------------------------------------------------------------
+
+    async def poll(self, timeout: TimeoutArg = USE_DEFAULT) -> list[ConsumerRecord]:
+        """Records from the assigned partitions, waiting up to ``timeout`` seconds (default
+        0: take what is there) for at least one; at most ``max_poll_records``."""
+        self._core.check_open()
+        timeout_s = resolve_timeout(timeout, 0) or 0.0
+        deadline = time.monotonic() + timeout_s
+        await self._resolve_positions(max(timeout_s, _DEFAULT_TIMEOUT_MS / 1000))
+        records: list[ConsumerRecord] = []
+        first = True
+        while True:
+            order = self._core.poll_order()
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            wait_ms = self._core.wait_for_round(first, remaining_ms, len(order))
+            for tp in order:
+                room = self._core.config.max_poll_records - len(records)
+                if room <= 0:
+                    break
+                records.extend(await self._fetch(tp, room, wait_ms))
+            first = False
+            if records or time.monotonic() >= deadline or not order:
+                return records
+
+    async def _fetch(self, tp: TopicPartition, room: int, wait_ms: int) -> list[ConsumerRecord]:
+        params = self._core.fetch_params(tp, room, wait_ms)
+        try:
+            body = await self._http.call(
+                Req.FETCH,
+                "GET",
+                records_path(tp),
+                base=lambda: self._leader(tp),
+                params=params,
+                timeout_s=_DEFAULT_TIMEOUT_MS / 1000,
+                invalidate=lambda _exc: self._core.metadata.invalidate_topic(tp.topic),
+            )
+        except OffsetOutOfRangeError:
+            await self._reset(tp, _DEFAULT_TIMEOUT_MS / 1000)
+            return []
+        return self._core.on_fetch(tp, int(params["offset"]), body)
+
+    # --- group offsets -------------------------------------------------------------------
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition | tuple[str, int], int | OffsetAndMetadata] | None = None,
+        timeout: TimeoutArg = USE_DEFAULT,
+    ) -> None:
+        """Commit ``offsets`` (default: the current positions) for the consumer group."""
+        group = self._core.require_group()
+        wanted = None if offsets is None else normalise_offsets(offsets)
+        body = self._core.commit_body(wanted)
+        if not body["offsets"]:
+            return
+        await self._group_call(Req.OFFSET_COMMIT, "POST", group, body=body, timeout=timeout)
+
+    async def committed(
+        self,
+        partitions: Iterable[TopicPartition | tuple[str, int]] | None = None,
+        require_stable: bool = True,
+        timeout: TimeoutArg = USE_DEFAULT,
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets. With ``require_stable`` (the default) it waits
+        while a transaction holds pending offsets for the group, so the answer never
+        precedes an outcome (KIP-447)."""
+        group = self._core.require_group()
+        answer = await self._group_call(
+            Req.OFFSET_FETCH,
+            "GET",
+            group,
+            params={"require_stable": "true" if require_stable else "false"},
+            timeout=timeout,
+        )
+        found = self._core.parse_committed(answer)
+        wanted = (
+            self._core.assignment()
+            if partitions is None
+            else {as_topic_partition(tp) for tp in partitions}
+        )
+        return {tp: found.get(tp) for tp in wanted}
+
+    async def _group_call(
+        self,
+        req: Req,
+        method: str,
+        group: str,
+        *,
+        body: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout: TimeoutArg,
+    ) -> Any:
+        action = "offsets"
+        return await self._http.call(
+            req,
+            method,
+            group_path(group, action),
+            base=lambda: self._group_node(group),
+            json=body,
+            params=params,
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+            invalidate=lambda _exc: self._core.metadata.invalidate_group(group),
+        )
+
+    # --- metadata ------------------------------------------------------------------------
+
+    async def _bootstrap(self) -> str:
+        return self._core.metadata.bootstrap_url
+
+    async def _leader(self, tp: TopicPartition) -> str:
+        url = self._core.metadata.leader(tp)
+        if url is None:
+            body = await self._http.call(
+                Req.TOPIC,
+                "GET",
+                topic_path(tp.topic),
+                base=self._bootstrap,
+                timeout_s=_DEFAULT_TIMEOUT_MS / 1000,
+            )
+            self._core.metadata.update_topic(body)
+            url = self._core.metadata.leader(tp)
+            assert url is not None
+        return url
+
+    async def _group_node(self, group: str) -> str:
+        url = self._core.metadata.group_node(group)
+        if url is None:
+            body = await self._http.call(
+                Req.FIND_COORDINATOR,
+                "GET",
+                "/v1/coordinators",
+                base=self._bootstrap,
+                params=find_coordinator_params(group, "group"),
+                timeout_s=_DEFAULT_TIMEOUT_MS / 1000,
+            )
+            self._core.metadata.set_group_node(group, str(body["url"]))
+            url = str(body["url"]).rstrip("/")
+        return url
+
+    async def close(self) -> None:
+        if not self._core.closed:
+            self._core.closed = True
+            await self._http.aclose()
