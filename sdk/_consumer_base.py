@@ -15,9 +15,9 @@ from typing import Any
 
 from sdk._config import ConsumerConfig
 from sdk._errors import IllegalStateError
+from sdk._metadata import MetadataCache
 from sdk._types import ConsumerRecord, OffsetAndMetadata, Payload, TopicPartition
 from sdk._types import as_topic_partition as _tp
-from sdk.metadata import MetadataCache
 
 
 def decode_payload(value: str | None, encoding: str) -> Payload | None:

@@ -16,11 +16,11 @@ from typing import Any
 from sdk._accumulator import FutureLike, Partitioner, ProducerBatch, RecordAccumulator
 from sdk._config import ProducerConfig
 from sdk._errors import ProducerClosedError, TransactionAbortedError, copy_error
+from sdk._metadata import MetadataCache
 from sdk._state import ProducerState, TransactionManager
 from sdk._transport import POLICIES, UNKNOWN_OUTCOME, Req, Verdict, backoff_s, classify
 from sdk._types import OffsetAndMetadata, Payload, RecordMetadata, TopicPartition, as_offset
 from sdk._types import as_topic_partition as _tp
-from sdk.metadata import MetadataCache
 from sdk.protocol.errors import (
     AbortableError,
     FatalError,

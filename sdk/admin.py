@@ -14,9 +14,9 @@ from urllib.parse import quote
 import httpx
 
 from sdk._config import USE_DEFAULT, RetryConfig, TimeoutArg, resolve_timeout
+from sdk._metadata import MetadataCache, find_coordinator_params, topic_path
 from sdk._transport import Req, SyncTransport
 from sdk._types import TopicPartition, as_topic_partition
-from sdk.metadata import MetadataCache, find_coordinator_params, topic_path
 from sdk.protocol.coordinator import (
     FindCoordinatorResponse,
     MetadataResponse,

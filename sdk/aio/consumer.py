@@ -20,10 +20,10 @@ import httpx
 
 from sdk._config import USE_DEFAULT, ConsumerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._consumer_base import ConsumerCore
+from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path
 from sdk._producer_base import normalise_offsets
 from sdk._transport import AsyncTransport, Req
 from sdk._types import ConsumerRecord, OffsetAndMetadata, TopicPartition, as_topic_partition
-from sdk.metadata import find_coordinator_params, group_path, records_path, topic_path
 from sdk.protocol.errors import OffsetOutOfRangeError
 
 _DEFAULT_TIMEOUT_MS = 30_000

@@ -22,11 +22,11 @@ import httpx
 from sdk._accumulator import FutureLike, ProducerBatch
 from sdk._config import USE_DEFAULT, ProducerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._errors import EosTimeoutError
+from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path, txn_path
 from sdk._producer_base import Actions, ProducerCore, normalise_offsets, now_ms
 from sdk._state import ProducerState
 from sdk._transport import AsyncTransport, Req
 from sdk._types import OffsetAndMetadata, Payload, RecordMetadata, TopicPartition
-from sdk.metadata import find_coordinator_params, group_path, records_path, topic_path, txn_path
 from sdk.protocol.errors import FatalError, InvalidTxnStateError
 
 

@@ -1,0 +1,197 @@
+"""Batching, the partitioner, sequence numbers and retry ordering, without I/O."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import Future
+from typing import Any
+
+import httpx
+import pytest
+
+from sdk import (
+    DeliveryTimeoutError,
+    InvalidRecordError,
+    KafkaStorageError,
+    OutOfOrderSequenceNumberError,
+    TopicPartition,
+)
+from sdk._accumulator import Partitioner, ProducerBatch, RecordAccumulator, murmur2
+
+TP = TopicPartition("t", 0)
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("21", -973932308),
+        ("foobar", -790332482),
+        ("a-little-bit-long-string", -985981536),
+        ("a-little-bit-longer-string", -1486304829),
+        ("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+        ("abc", 479470107),
+    ],
+)
+def test_murmur2_matches_kafka(key: str, expected: int) -> None:
+    assert murmur2(key.encode()) == expected
+
+
+def test_keyed_records_are_stable_and_keyless_ones_sticky() -> None:
+    partitioner = Partitioner(random.Random(1))
+    assert {partitioner.partition("t", "user-1", 12) for _ in range(5)} == {
+        (murmur2(b"user-1") & 0x7FFFFFFF) % 12
+    }
+    first = partitioner.partition("t", None, 12)
+    assert all(partitioner.partition("t", None, 12) == first for _ in range(10))
+    partitioner.on_new_batch("t", first, 12)
+    assert partitioner.partition("t", None, 12) != first
+
+
+def accumulator(**overrides: Any) -> RecordAccumulator:
+    options: dict[str, Any] = dict(
+        batch_size=1000, linger_ms=10, max_in_flight=5, delivery_timeout_ms=10_000,
+        backoff=lambda exc, attempt: 0.1, batch_future=Future,
+    )
+    options.update(overrides)
+    return RecordAccumulator(**options)
+
+
+def add(acc: RecordAccumulator, n: int, now: int = 0, size: int = 100) -> list[Future[Any]]:
+    futures: list[Future[Any]] = []
+    for _ in range(n):
+        future: Future[Any] = Future()
+        acc.append(TP, None, "x" * size, None, None, future, now)
+        futures.append(future)
+    return futures
+
+
+def drain(acc: RecordAccumulator, now: int) -> list[ProducerBatch]:
+    batches, _ = acc.drain(now, lambda tp: True, 1, 0)
+    for batch in batches:
+        batch.on_wire = True
+    return batches
+
+
+def ok(acc: RecordAccumulator, batch: ProducerBatch, base: int, duplicate: bool = False) -> None:
+    acc.complete(batch, {"base_offset": base, "log_append_time_ms": 5, "duplicate": duplicate})
+
+
+def test_batches_fill_to_batch_size_and_wait_for_linger() -> None:
+    acc = accumulator()
+    add(acc, 7)  # 7 x ~140 bytes: the 8th would not fit in 1000
+    batches, wake = acc.drain(5, lambda tp: True, 1, 0)
+    assert batches == [] and wake == 10  # not full yet: it lingers
+    add(acc, 1)
+    batches = drain(acc, 5)
+    assert len(batches) == 1 and len(batches[0].records) == 7  # closed by the next batch
+    assert drain(acc, 9) == []
+    assert [len(b.records) for b in drain(acc, 10)] == [1]  # the linger is up
+
+
+def test_sequences_are_given_when_batches_leave() -> None:
+    acc = accumulator(linger_ms=0)
+    add(acc, 3, size=400)  # two records fill a batch
+    batches = drain(acc, 0) + drain(acc, 0)
+    assert [(b.base_sequence, len(b.records)) for b in batches] == [(0, 2), (2, 1)]
+    assert acc.queues[TP].next_sequence == 3
+
+
+def test_one_batch_on_the_wire_at_a_time_and_five_in_flight() -> None:
+    acc = accumulator(linger_ms=0, batch_size=100)
+    add(acc, 8)
+    sent, _ = acc.drain(0, lambda tp: True, 1, 0)
+    assert len(sent) == 1  # the next waits until this one's body is written
+    sent[0].on_wire = True
+    total = list(sent)
+    for _ in range(10):
+        total += drain(acc, 0)
+    assert len(total) == 5  # max_in_flight
+    ok(acc, total[0], 0)
+    assert len(drain(acc, 0)) == 1
+
+
+def test_nothing_leaves_for_a_partition_not_yet_added() -> None:
+    acc = accumulator(linger_ms=0)
+    add(acc, 1)
+    assert acc.drain(0, lambda tp: False, 1, 0)[0] == []
+
+
+def test_a_retry_keeps_its_sequence_and_later_batches_wait_behind_it() -> None:
+    acc = accumulator(linger_ms=0, batch_size=100)
+    futures = add(acc, 3)
+    b0, b1, b2 = drain(acc, 0) + drain(acc, 0) + drain(acc, 0)
+    assert acc.failed(b0, KafkaStorageError("disk"), 0) is None  # retriable: requeued
+    # the later ones arrive after a gap and are requeued too, not failed
+    assert acc.failed(b2, OutOfOrderSequenceNumberError("gap"), 0) is None
+    assert acc.failed(b1, OutOfOrderSequenceNumberError("gap"), 0) is None
+    assert drain(acc, 50) == []  # the backoff of b0
+    order = []
+    for now in (100, 100, 100):
+        (batch,) = drain(acc, now)
+        order.append(batch)
+        ok(acc, batch, batch.base_sequence or 0)
+    assert order == [b0, b1, b2]
+    assert [b.base_sequence for b in order] == [0, 1, 2]
+    assert [f.result().offset for f in futures] == [0, 1, 2]
+
+
+def test_a_lost_answer_comes_back_duplicate_with_the_first_offsets() -> None:
+    acc = accumulator(linger_ms=0)
+    (future,) = add(acc, 1)
+    (batch,) = drain(acc, 0)
+    assert acc.failed(batch, httpx.ReadError("lost"), 0) is None
+    (again,) = drain(acc, 200)
+    assert again is batch and again.base_sequence == 0
+    ok(acc, again, 42, duplicate=True)
+    assert future.result().offset == 42 and future.result().duplicate
+
+
+def test_a_sequence_error_at_the_head_fails_and_breaks_the_sequence() -> None:
+    acc = accumulator(linger_ms=0)
+    (future,) = add(acc, 1)
+    (batch,) = drain(acc, 0)
+    error = acc.failed(batch, OutOfOrderSequenceNumberError("gap"), 0)
+    assert isinstance(error, OutOfOrderSequenceNumberError)
+    assert isinstance(future.exception(), OutOfOrderSequenceNumberError)
+    assert acc.sequence_broken
+    acc.reset_sequences()
+    assert acc.queues[TP].next_sequence == 0 and not acc.sequence_broken
+
+
+def test_non_retriable_errors_fail_the_batch() -> None:
+    acc = accumulator(linger_ms=0)
+    (future,) = add(acc, 1)
+    (batch,) = drain(acc, 0)
+    assert isinstance(acc.failed(batch, InvalidRecordError("bad"), 0), InvalidRecordError)
+    assert batch.done.done() and isinstance(future.exception(), InvalidRecordError)
+
+
+def test_delivery_timeout_fails_queued_and_retrying_batches() -> None:
+    acc = accumulator(linger_ms=0, delivery_timeout_ms=1000, batch_size=100)
+    first, second = add(acc, 2)
+    (batch,) = drain(acc, 0)
+    acc.failed(batch, KafkaStorageError("disk"), 10)
+    acc.drain(1000, lambda tp: False, 1, 0)
+    assert isinstance(first.exception(), DeliveryTimeoutError)
+    assert isinstance(second.exception(), DeliveryTimeoutError)
+    assert acc.sequence_broken  # the retried batch had a sequence
+
+
+def test_abort_drops_unsent_batches_and_reports_a_gap_for_retries() -> None:
+    acc = accumulator(linger_ms=0, batch_size=100)
+    futures = add(acc, 3)
+    (sent,) = drain(acc, 0)
+    assert not acc.abort_unsent(RuntimeError("aborted"))
+    assert all(isinstance(f.exception(), RuntimeError) for f in futures[1:])
+    assert not futures[0].done()  # in flight: waited for, not dropped
+    acc.failed(sent, KafkaStorageError("disk"), 0)
+    assert acc.abort_unsent(RuntimeError("aborted"))  # a retry with a sequence: a gap
+
+
+def test_binary_and_text_records_do_not_share_a_batch() -> None:
+    acc = accumulator(linger_ms=0)
+    acc.append(TP, None, "text", None, None, Future(), 0)
+    acc.append(TP, None, b"\x00", None, None, Future(), 0)
+    batches = drain(acc, 0) + drain(acc, 0)
+    assert [b.encoding for b in batches] == ["utf8", "base64"]
+    assert batches[1].records[0]["value"] == "AA=="

@@ -1,0 +1,182 @@
+"""The client state machine on its own: no server, no I/O."""
+
+from __future__ import annotations
+
+import pytest
+
+from sdk import (
+    DeliveryTimeoutError,
+    IllegalStateError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceNumberError,
+    ProducerFencedError,
+    ProducerState,
+    TopicPartition,
+    TransactionAbortableError,
+)
+from sdk._state import TransactionManager, breaks_sequence
+
+S = ProducerState
+TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def ready() -> TransactionManager:
+    txn = TransactionManager("tid")
+    txn.begin_init()
+    txn.complete_init(7, 0)
+    return txn
+
+
+def in_transaction() -> TransactionManager:
+    txn = ready()
+    txn.begin_transaction()
+    return txn
+
+
+def test_happy_path_of_a_transaction() -> None:
+    txn = TransactionManager("tid")
+    assert txn.state is S.UNINITIALIZED
+    txn.begin_init()
+    assert txn.state is S.INITIALIZING
+    txn.complete_init(7, 3)
+    assert (txn.state, txn.producer_id, txn.producer_epoch) == (S.READY, 7, 3)
+    txn.begin_transaction()
+    assert txn.state is S.IN_TRANSACTION
+    txn.ensure_can_send()
+    txn.begin_commit()
+    assert txn.state is S.COMMITTING_TRANSACTION
+    txn.complete_end()
+    assert txn.state is S.READY
+
+
+@pytest.mark.parametrize(
+    "call",
+    ["begin_transaction", "begin_commit", "begin_abort", "ensure_can_send",
+     "ensure_can_add_offsets"],
+)
+def test_calls_before_init_are_refused(call: str) -> None:
+    txn = TransactionManager("tid")
+    with pytest.raises(IllegalStateError):
+        getattr(txn, call)()
+
+
+def test_out_of_order_calls_in_ready_and_in_transaction() -> None:
+    txn = ready()
+    for call in (txn.begin_commit, txn.begin_abort, txn.ensure_can_send, txn.begin_init):
+        with pytest.raises(IllegalStateError):
+            call()
+    txn.begin_transaction()
+    with pytest.raises(IllegalStateError):
+        txn.begin_transaction()
+    with pytest.raises(IllegalStateError):
+        txn.begin_init()
+
+
+def test_commit_may_be_retried_but_not_aborted_midway() -> None:
+    txn = in_transaction()
+    txn.begin_commit()
+    txn.begin_commit()  # a retry after a timeout
+    with pytest.raises(IllegalStateError):
+        txn.begin_abort()
+    with pytest.raises(IllegalStateError):
+        txn.ensure_can_send()
+
+
+def test_abortable_error_allows_only_abort() -> None:
+    txn = in_transaction()
+    txn.on_error(TransactionAbortableError("partition not added"))
+    assert txn.state is S.ABORTABLE_ERROR
+    for call in (txn.ensure_can_send, txn.begin_commit, txn.ensure_can_add_offsets):
+        with pytest.raises(TransactionAbortableError):
+            call()
+    txn.begin_abort()
+    txn.complete_end()
+    assert (txn.state is S.READY and txn.last_error is None) or txn.state is S.READY
+
+
+def test_fatal_error_refuses_everything_with_the_cause() -> None:
+    txn = in_transaction()
+    txn.on_error(ProducerFencedError("newer epoch"))
+    assert txn.state is S.FATAL_ERROR
+    for call in (txn.begin_transaction, txn.begin_commit, txn.begin_abort,
+                 txn.ensure_can_send, txn.begin_init):
+        with pytest.raises(ProducerFencedError):
+            call()
+
+
+def test_fatal_codes_are_fatal_even_mid_commit() -> None:
+    txn = in_transaction()
+    txn.begin_commit()
+    txn.on_error(InvalidTxnStateError("refused"))
+    assert txn.state is S.FATAL_ERROR
+
+
+@pytest.mark.parametrize(
+    "error",
+    [OutOfOrderSequenceNumberError("gap"), DeliveryTimeoutError("late")],
+)
+def test_sequence_errors_bump_the_epoch_after_the_abort(error: Exception) -> None:
+    """KIP-360: abort, then INITIALIZING (init with the current id and epoch), then READY."""
+    assert breaks_sequence(error)
+    txn = in_transaction()
+    txn.on_error(error)
+    assert txn.state is S.ABORTABLE_ERROR and txn.epoch_bump_required
+    txn.begin_abort()
+    txn.complete_end()
+    assert txn.state is S.INITIALIZING
+    txn.complete_init(7, 1)
+    assert txn.state is S.READY and not txn.epoch_bump_required
+
+
+def test_partitions_are_added_once_in_one_batched_call() -> None:
+    txn = in_transaction()
+    for tp in (TP1, TP0, TP1):
+        txn.maybe_add_partition(tp)
+    assert not txn.is_sendable(TP0)
+    first = txn.partitions_to_add()
+    assert first == [TP0, TP1]
+    assert txn.started_at_coordinator
+    txn.maybe_add_partition(TopicPartition("t", 2))
+    assert txn.partitions_to_add() == []  # one call at a time
+    txn.on_partitions_added(first)
+    assert txn.is_sendable(TP0) and txn.is_sendable(TP1)
+    assert txn.partitions_to_add() == [TopicPartition("t", 2)]
+    txn.maybe_add_partition(TP0)
+    assert txn.pending == set()
+
+
+def test_a_new_transaction_forgets_the_previous_partitions() -> None:
+    txn = in_transaction()
+    txn.maybe_add_partition(TP0)
+    txn.on_partitions_added(txn.partitions_to_add())
+    txn.on_offsets_added("g")
+    txn.begin_commit()
+    assert txn.needs_end_call
+    txn.complete_end()
+    txn.begin_transaction()
+    assert not txn.needs_end_call and not txn.is_sendable(TP0) and not txn.groups
+
+
+def test_an_empty_transaction_needs_no_end_call() -> None:
+    txn = in_transaction()
+    txn.begin_commit()
+    assert not txn.needs_end_call
+
+
+def test_no_adds_while_aborting() -> None:
+    txn = in_transaction()
+    txn.maybe_add_partition(TP0)
+    txn.begin_abort()
+    assert txn.partitions_to_add() == []
+
+
+def test_idempotent_producer_has_no_transactions() -> None:
+    txn = TransactionManager(None)
+    txn.ensure_can_send()  # no id yet: the sender fetches one first
+    for call in (txn.begin_transaction, txn.begin_commit, txn.begin_abort):
+        with pytest.raises(IllegalStateError):
+            call()
+    txn.maybe_add_partition(TP0)
+    assert txn.is_sendable(TP0) and not txn.pending
+    txn.on_error(OutOfOrderSequenceNumberError("gap"))
+    assert txn.state is S.UNINITIALIZED  # not a transaction: nothing to abort
