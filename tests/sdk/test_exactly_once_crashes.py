@@ -1,0 +1,77 @@
+"""End to end: a consume-transform-produce loop killed with SIGKILL at random points and
+restarted several times still turns every input record into exactly one output record."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from sdk import AdminClient, Consumer, Producer, TopicPartition
+from tests.sdk.cluster import Cluster
+from tests.sdk.helpers import read_topic, uid
+
+INPUT_RECORDS = 600
+
+
+def _worker(cluster: Cluster, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.sdk.ctp_worker", "--url", cluster.url, *args],
+            stdout=out, stderr=subprocess.STDOUT,
+        )
+
+
+@pytest.mark.slow
+def test_output_equals_input_exactly_once_across_sigkills(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    source = cluster.create_topic(partitions=2, prefix="in")
+    sink = cluster.create_topic(partitions=2, prefix="out")
+    group, tid = uid("ctp"), uid("ctp-tx")
+    with Producer(cluster.url) as producer:
+        for i in range(INPUT_RECORDS):
+            producer.send(source, str(i), key=str(i))
+        producer.flush()
+
+    args = ["--input", source, "--output", sink, "--group", group, "--tid", tid,
+            "--partitions", "2"]
+    rng = random.Random(2024)
+    log = tmp_path / "worker.log"
+    kills = 0
+    for _ in range(4):
+        worker = _worker(cluster, args, log)
+        time.sleep(rng.uniform(0.8, 2.0))  # the random point of the kill, not a wait
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGKILL)
+            kills += 1
+        worker.wait(timeout=10)
+    assert kills >= 3
+
+    final = _worker(cluster, [*args, "--exit-when-idle"], log)
+    assert final.wait(timeout=90) == 0, log.read_text()[-3000:]
+
+    output = read_topic(cluster.url, sink, 2, expect=INPUT_RECORDS)
+    written = read_topic(cluster.url, sink, 2, isolation_level="read_uncommitted")
+    print(f"{kills} kills; {len(written) - len(output)} records of aborted transactions hidden")
+    counts = Counter(r.value for r in output)
+    assert counts == Counter(f"out:{i}" for i in range(INPUT_RECORDS)), (
+        f"duplicates: {[v for v, n in counts.items() if n > 1][:5]}, "
+        f"missing: {INPUT_RECORDS - len(counts)}"
+    )
+    with Consumer(cluster.url, group) as consumer:
+        tps = [TopicPartition(source, p) for p in range(2)]
+        committed = consumer.committed(tps)
+    ends = {tp: read_end(cluster, tp) for tp in tps}
+    assert {tp: om.offset if om else None for tp, om in committed.items()} == ends
+
+
+def read_end(cluster: Cluster, tp: TopicPartition) -> int:
+    with AdminClient(cluster.url) as admin:
+        return admin.list_offsets(tp).high_watermark
