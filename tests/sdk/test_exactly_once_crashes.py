@@ -15,7 +15,7 @@ import pytest
 
 from sdk import AdminClient, Consumer, Producer, TopicPartition
 from tests.sdk.cluster import Cluster
-from tests.sdk.helpers import read_topic, uid
+from tests.sdk.helpers import read_topic, uid, wait_for
 
 INPUT_RECORDS = 600
 
@@ -47,7 +47,9 @@ def test_output_equals_input_exactly_once_across_sigkills(
     kills = 0
     for _ in range(4):
         worker = _worker(cluster, args, log)
-        time.sleep(rng.uniform(0.8, 2.0))  # the random point of the kill, not a wait
+        # Let it get going (output grows), then kill it at a random point of its work.
+        _wait_for_progress(cluster, sink, worker)
+        time.sleep(rng.uniform(0.0, 0.3))
         if worker.poll() is None:
             worker.send_signal(signal.SIGKILL)
             kills += 1
@@ -70,6 +72,17 @@ def test_output_equals_input_exactly_once_across_sigkills(
         committed = consumer.committed(tps)
     ends = {tp: read_end(cluster, tp) for tp in tps}
     assert {tp: om.offset if om else None for tp, om in committed.items()} == ends
+
+
+def _wait_for_progress(cluster: Cluster, sink: str, worker: subprocess.Popen[bytes]) -> None:
+    before = _written(cluster, sink)
+    wait_for(lambda: worker.poll() is not None or _written(cluster, sink) > before,
+             timeout=30, what="the worker to write")
+
+
+def _written(cluster: Cluster, topic: str) -> int:
+    with AdminClient(cluster.url) as admin:
+        return sum(admin.list_offsets((topic, p)).high_watermark for p in range(2))
 
 
 def read_end(cluster: Cluster, tp: TopicPartition) -> int:
