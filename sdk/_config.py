@@ -43,7 +43,7 @@ class RetryConfig:
 
     backoff_ms: int = 100
     backoff_max_ms: int = 1_000
-    fast_backoff_ms: int = 20
+    fast_backoff_ms: int = 5
     request_timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:

@@ -81,6 +81,9 @@ class _AsyncProducerBase:
         keyless = key is None and partition is None
         if self._core.append(tp, key, value, headers, timestamp_ms, future, keyless):
             self._notify()
+            # Yield once per batch: a loop of sends that never waits would otherwise keep
+            # the sender task (and so every request) from running until it ends.
+            await asyncio.sleep(0)
         return future
 
     async def send_and_wait(
