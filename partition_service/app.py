@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from partition_service.api import groups, health, internal, records
 from partition_service.context import NodeContext
@@ -26,42 +25,9 @@ from partition_service.verification import (
     TransactionVerifier,
     TrustingVerifier,
 )
-from sdk.protocol.errors import MessageTooLargeError
-from sdk.protocol.server import error_response, install_error_handlers, internal_token_checker
+from sdk.protocol.server import BodyLimit, install_error_handlers, internal_token_checker
 
 log = logging.getLogger("eos.node")
-
-
-class BodyLimit:
-    """Refuse request bodies over ``limit`` bytes with MESSAGE_TOO_LARGE before parsing."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await self._refuse(scope, receive, send)
-                return
-        seen = 0
-
-        async def counting_receive() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise MessageTooLargeError(f"request body over {self.limit} bytes")
-            return message
-
-        await self.app(scope, counting_receive, send)
-
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(MessageTooLargeError(f"request body over {self.limit} bytes"))
-        await response(scope, receive, send)
 
 
 def build_verifier(settings: NodeSettings) -> TransactionVerifier:

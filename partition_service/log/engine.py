@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from partition_service.log import batch as frames
 from partition_service.log.batch import (
     FLAG_BASE64,
@@ -28,7 +30,7 @@ from partition_service.log.producer_state import ProducerStateManager
 from partition_service.log.segment import Segment
 from partition_service.log.txn_index import AbortedTxn, AbortedTxnIndex
 from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC
-from sdk.protocol.errors import OffsetOutOfRangeError
+from sdk.protocol.errors import InvalidRecordError, OffsetOutOfRangeError
 
 Row = tuple[str | None, str | None, dict[str, str] | None, int]
 COMMIT, ABORT = "COMMIT", "ABORT"
@@ -161,6 +163,10 @@ class PartitionEngine:
                 return AppendResult(meta.base_offset, meta.last_offset, True, meta.append_time_ms)
         base_offset = self.log.next_offset
         flags = (FLAG_TRANSACTIONAL if transactional else 0) | (FLAG_BASE64 if base64 else 0)
+        try:
+            payload = frames.encode_records(rows)
+        except orjson.JSONEncodeError as exc:  # e.g. a lone surrogate in a string
+            raise InvalidRecordError(f"a record cannot be stored: {exc}") from exc
         frame = frames.encode(
             base_offset=base_offset,
             record_count=count,
@@ -169,7 +175,7 @@ class PartitionEngine:
             base_sequence=base_sequence,
             flags=flags,
             append_time_ms=now_ms,
-            payload=frames.encode_records(rows),
+            payload=payload,
         )
         self.log.append(frame, base_offset, base_offset + count)
         last_offset = base_offset + count - 1

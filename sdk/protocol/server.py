@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sdk.protocol.common import ErrorEnvelope
 from sdk.protocol.errors import (
@@ -118,12 +119,67 @@ def internal_token_checker(expected: str | None) -> Callable[[Request], Awaitabl
     return check
 
 
+class BodyLimit:
+    """ASGI middleware: refuse request bodies over ``limit`` bytes with MESSAGE_TOO_LARGE.
+
+    A declared ``content-length`` over the limit is refused before anything is read. A body
+    without one (chunked) is read here up to the limit and then handed on, so an oversized
+    stream is refused with the same 413 instead of failing half-way through parsing.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared: int | None = None
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit():
+                declared = int(value)
+        if declared is not None:
+            if declared > self.limit:
+                await self._refuse(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        seen = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                await self._refuse(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        replay = iter(messages)
+
+        async def replaying_receive() -> Message:
+            try:
+                return next(replay)
+            except StopIteration:
+                return await receive()
+
+        await self.app(scope, replaying_receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(MessageTooLargeError(f"request body over {self.limit} bytes"))
+        await response(scope, receive, send)
+
+
 def internal_headers(token: str | None) -> dict[str, str]:
     """Headers a coordinator or node sends on internal calls."""
     return {INTERNAL_TOKEN_HEADER: f"Bearer {token}"} if token else {}
 
 
 __all__ = [
+    "BodyLimit",
     "ErrorEnvelope",
     "InvalidRequestError",
     "error_response",

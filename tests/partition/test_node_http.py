@@ -386,3 +386,39 @@ def test_health_ready_metrics_and_openapi(client: httpx.Client) -> None:
     } <= operations
     produce_op = spec["paths"]["/v1/partitions/{topic}/{partition}/records"]["post"]
     assert {"409", "413", "503"} <= set(produce_op["responses"])
+
+
+def test_lone_surrogate_is_an_invalid_record(client: httpx.Client) -> None:
+    before = offsets(client, 0)
+    response = client.post(f"/v1/partitions/{TOPIC}/0/records",
+                           content=b'{"records": [{"value": "\\ud800"}]}',
+                           headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "INVALID_RECORD"
+    assert offsets(client, 0) == before
+
+
+def test_oversized_bodies_declared_or_streamed_get_413(tmp_path: Path) -> None:
+    small = NodeProcess(tmp_path / "small", extra=["--max-request-bytes", "2048"])
+    small.start()
+    small.create_partition(TOPIC, 0)
+    body = b'{"records": [{"value": "' + b"x" * 4096 + b'"}]}'
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(0, len(body), 512):
+            yield body[i : i + 512]
+
+    try:
+        with small.client() as c:
+            for content in (body, chunks()):
+                response = c.post(f"/v1/partitions/{TOPIC}/0/records", content=content,
+                                  headers={"content-type": "application/json"})
+                assert response.status_code == 413, response.text
+                assert response.json()["error"]["code"] == "MESSAGE_TOO_LARGE"
+            ok = c.post(f"/v1/partitions/{TOPIC}/0/records",
+                        content=iter([b'{"records": [{"value": ', b'"fits"}]}']),
+                        headers={"content-type": "application/json"})
+            assert ok.status_code == 200, ok.text
+            assert c.get(f"/v1/partitions/{TOPIC}/0/offsets").json()["high_watermark"] == 1
+    finally:
+        small.stop()
