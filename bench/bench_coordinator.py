@@ -60,8 +60,14 @@ def pg_stats(dbname: str) -> tuple[int, int]:
 
 
 async def producer(
-    client: httpx.AsyncClient, coord: str, node: str, index: int, partitions: int,
-    stop_at: float, counts: list[int], latencies: list[float],
+    client: httpx.AsyncClient,
+    coord: str,
+    node: str,
+    index: int,
+    partitions: int,
+    stop_at: float,
+    counts: list[int],
+    latencies: list[float],
 ) -> None:
     tid = f"bench-{index}"
     body = (await client.post(f"{coord}/v1/transactions/{tid}/init", json={})).json()
@@ -70,28 +76,38 @@ async def producer(
     seq = 0
     while time.monotonic() < stop_at:
         start = time.monotonic()
-        r = await client.post(f"{coord}/v1/transactions/{tid}/partitions", json={
-            **ident, "partitions": [{"topic": "bench", "partition": partition}]})
+        r = await client.post(
+            f"{coord}/v1/transactions/{tid}/partitions",
+            json={**ident, "partitions": [{"topic": "bench", "partition": partition}]},
+        )
         if r.status_code == 503:
             RETRIES[0] += 1
             await asyncio.sleep(0.005)
             continue
         r.raise_for_status()
-        r = await client.post(f"{node}/v1/partitions/bench/{partition}/records", json={
-            **ident, "base_sequence": seq, "transactional": True,
-            "records": [{"key": f"k{seq}", "value": "x" * 100}]})
+        r = await client.post(
+            f"{node}/v1/partitions/bench/{partition}/records",
+            json={
+                **ident,
+                "base_sequence": seq,
+                "transactional": True,
+                "records": [{"key": f"k{seq}", "value": "x" * 100}],
+            },
+        )
         r.raise_for_status()
         seq += 1
-        r = await client.post(f"{coord}/v1/transactions/{tid}/commit",
-                              json={**ident, "wait_for_markers": True})
+        r = await client.post(
+            f"{coord}/v1/transactions/{tid}/commit", json={**ident, "wait_for_markers": True}
+        )
         r.raise_for_status()
         assert r.json()["state"] == "CompleteCommit", r.text
         counts[index] += 1
         latencies.append(time.monotonic() - start)
 
 
-async def run_producers(coord: str, node: str, producers: int, partitions: int,
-                        seconds: float) -> tuple[int, float, list[float]]:
+async def run_producers(
+    coord: str, node: str, producers: int, partitions: int, seconds: float
+) -> tuple[int, float, list[float]]:
     # One client (and so one small connection pool) per producer, as separate producer
     # processes would have: a single pool scans all its connections on every request.
     clients = [httpx.AsyncClient(timeout=60) for _ in range(producers)]
@@ -100,14 +116,21 @@ async def run_producers(coord: str, node: str, producers: int, partitions: int,
         counts = [0] * producers
         latencies: list[float] = []
         warm = time.monotonic() + 2
-        await asyncio.gather(*(producer(clients[i], coord, node, i, partitions, warm, counts,
-                                        latencies) for i in range(producers)))
+        await asyncio.gather(
+            *(
+                producer(clients[i], coord, node, i, partitions, warm, counts, latencies)
+                for i in range(producers)
+            )
+        )
         counts = [0] * producers
         latencies = []
         start = time.monotonic()
-        await asyncio.gather(*(producer(clients[i], coord, node, i, partitions,
-                                        start + seconds, counts, latencies)
-                               for i in range(producers)))
+        await asyncio.gather(
+            *(
+                producer(clients[i], coord, node, i, partitions, start + seconds, counts, latencies)
+                for i in range(producers)
+            )
+        )
         elapsed = time.monotonic() - start
     finally:
         for client in clients:
@@ -123,12 +146,32 @@ def pg_limit(dbname: str, clients: int, seconds: int) -> tuple[float, str]:
     pgbench = shutil.which("pgbench")
     if pgbench:
         with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
-            script.write("\\set id random(1, 1000)\n"
-                         "UPDATE bench_rows SET v = v + 1 WHERE id = :id;\n")
+            script.write(
+                "\\set id random(1, 1000)\nUPDATE bench_rows SET v = v + 1 WHERE id = :id;\n"
+            )
         out = subprocess.run(
-            [pgbench, "-n", "-h", PG["host"], "-p", str(PG["port"]), "-U", PG["user"],
-             "-c", str(clients), "-j", "2", "-T", str(seconds), "-f", script.name, dbname],
-            capture_output=True, text=True, check=True,
+            [
+                pgbench,
+                "-n",
+                "-h",
+                PG["host"],
+                "-p",
+                str(PG["port"]),
+                "-U",
+                PG["user"],
+                "-c",
+                str(clients),
+                "-j",
+                "2",
+                "-T",
+                str(seconds),
+                "-f",
+                script.name,
+                dbname,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         os.unlink(script.name)
         match = re.search(r"tps = ([0-9.]+)", out)
@@ -167,23 +210,57 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="eos-bench-"))
     coord_port, node_port = free_port(), free_port()
     coord_url, node_url = f"http://127.0.0.1:{coord_port}", f"http://127.0.0.1:{node_port}"
-    node = ServiceProcess("partition_service", [
-        "--node-id", "1", "--port", str(node_port), "--data-dir", str(work / "node"),
-        "--internal-token", TOKEN, "--coordinator-url", coord_url, "--log-level", "warning",
-        "--group-offset-partitions", "5"], node_port, work / "node.log")
-    coordinator = ServiceProcess("coordinator_service", [
-        "--port", str(coord_port), "--database-url", url, "--nodes", f"1={node_url}",
-        "--internal-token", TOKEN, "--log-level", "warning",
-        "--group-offset-partitions", "5"], coord_port, work / "coordinator.log")
+    node = ServiceProcess(
+        "partition_service",
+        [
+            "--node-id",
+            "1",
+            "--port",
+            str(node_port),
+            "--data-dir",
+            str(work / "node"),
+            "--internal-token",
+            TOKEN,
+            "--coordinator-url",
+            coord_url,
+            "--log-level",
+            "warning",
+            "--group-offset-partitions",
+            "5",
+        ],
+        node_port,
+        work / "node.log",
+    )
+    coordinator = ServiceProcess(
+        "coordinator_service",
+        [
+            "--port",
+            str(coord_port),
+            "--database-url",
+            url,
+            "--nodes",
+            f"1={node_url}",
+            "--internal-token",
+            TOKEN,
+            "--log-level",
+            "warning",
+            "--group-offset-partitions",
+            "5",
+        ],
+        coord_port,
+        work / "coordinator.log",
+    )
     try:
         (work / "node").mkdir(parents=True)
         node.start()
         coordinator.start()
-        httpx.post(f"{coord_url}/v1/topics", json={"name": "bench", "partitions":
-                                                    args.partitions}).raise_for_status()
+        httpx.post(
+            f"{coord_url}/v1/topics", json={"name": "bench", "partitions": args.partitions}
+        ).raise_for_status()
         xact0, rows0 = pg_stats(dbname)
         committed, elapsed, latencies = asyncio.run(
-            run_producers(coord_url, node_url, args.producers, args.partitions, args.seconds))
+            run_producers(coord_url, node_url, args.producers, args.partitions, args.seconds)
+        )
         xact1, rows1 = pg_stats(dbname)
         coordinator.stop()
         node.stop()
@@ -194,16 +271,21 @@ def main() -> None:
         latencies.sort()
         p50 = latencies[len(latencies) // 2] * 1000 if latencies else 0.0
         p99 = latencies[int(len(latencies) * 0.99)] * 1000 if latencies else 0.0
-        print(f"producers={args.producers} partitions={args.partitions} "
-              f"seconds={elapsed:.1f}")
-        print(f"committed transactions: {committed} -> {rate:.0f} txn/s "
-              f"(p50 {p50:.1f} ms, p99 {p99:.1f} ms per add+produce+commit)")
-        print(f"coordinator state writes: {state_writes:.0f}/s "
-              f"({writes_per_txn} per transaction; pg_stat over the run incl. warm-up: "
-              f"{rows1 - rows0} row writes in {xact1 - xact0} database commits)")
+        print(f"producers={args.producers} partitions={args.partitions} seconds={elapsed:.1f}")
+        print(
+            f"committed transactions: {committed} -> {rate:.0f} txn/s "
+            f"(p50 {p50:.1f} ms, p99 {p99:.1f} ms per add+produce+commit)"
+        )
+        print(
+            f"coordinator state writes: {state_writes:.0f}/s "
+            f"({writes_per_txn} per transaction; pg_stat over the run incl. warm-up: "
+            f"{rows1 - rows0} row writes in {xact1 - xact0} database commits)"
+        )
         limit, how = pg_limit(dbname, args.producers, args.pg_seconds)
-        print(f"PostgreSQL one-row-update transactions ({how}, {args.producers} clients): "
-              f"{limit:.0f}/s")
+        print(
+            f"PostgreSQL one-row-update transactions ({how}, {args.producers} clients): "
+            f"{limit:.0f}/s"
+        )
         print(f"ratio coordinator state writes / PostgreSQL limit: {state_writes / limit:.2f}")
         print(f"retried adds (503): {RETRIES[0]}")
         print(f"target >= 500 txn/s: {'met' if rate >= 500 else 'NOT met'}")
