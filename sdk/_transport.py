@@ -294,10 +294,20 @@ class SyncTransport:
         self.client = httpx.Client(transport=transport, **_client_kwargs(retry, headers or {}))
 
     def send_once(
-        self, method: str, url: str, *, json: Any = None, params: dict[str, Any] | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        on_wire: Callable[[], None] | None = None,
     ) -> Any:
-        """One attempt; the envelope becomes an exception."""
-        response = self.client.request(method, url, content=_body(json), params=params)
+        """One attempt; the envelope becomes an exception. ``on_wire`` is called once the
+        request body has been written to the connection."""
+        extensions = None if on_wire is None else {"trace": _sync_trace(on_wire)}
+        response = self.client.request(
+            method, url, content=_body(json), params=params, extensions=extensions
+        )
         return parse_response(response)
 
     def call(

@@ -182,6 +182,7 @@ class _SyncProducerBase:
                 "POST",
                 url + records_path(batch.tp),
                 json=batch.request_body(self._core.transactional),
+                on_wire=lambda: self._on_wire(batch),
             )
         except Exception as exc:
             with self._cond:

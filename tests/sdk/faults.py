@@ -52,6 +52,9 @@ class FaultyServer:
         self.plan = plan
         self.injected: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
+        self.statuses: Counter[int] = Counter()
+        self.max_concurrent: Counter[str] = Counter()
+        self._concurrent: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._sync = httpx.HTTPTransport()
         self._async: httpx.AsyncHTTPTransport | None = None
@@ -87,13 +90,27 @@ class FaultyServer:
         headers = {k: v for k, v in real.headers.items() if k.lower() not in _HOP_HEADERS}
         return httpx.Response(real.status_code, headers=headers, content=real.content)
 
+    def _enter(self, request: httpx.Request) -> str:
+        kind = "produce" if is_produce(request) else "other"
+        with self._lock:
+            self._concurrent[kind] += 1
+            self.max_concurrent[kind] = max(self.max_concurrent[kind], self._concurrent[kind])
+        return kind
+
+    def _leave(self, kind: str, real: httpx.Response) -> None:
+        with self._lock:
+            self._concurrent[kind] -= 1
+            self.statuses[real.status_code] += 1
+
     def handle(self, request: httpx.Request) -> httpx.Response:
         action = self._decide(request)
         early = self._early(action, request)
         if early is not None:
             return early
+        kind = self._enter(request)
         real = self._sync.handle_request(request)
         real.read()
+        self._leave(kind, real)
         return self._late(action, request, real)
 
     async def ahandle(self, request: httpx.Request) -> httpx.Response:
@@ -103,8 +120,10 @@ class FaultyServer:
             return early
         if self._async is None:
             self._async = httpx.AsyncHTTPTransport()
+        kind = self._enter(request)
         real = await self._async.handle_async_request(request)
         await real.aread()
+        self._leave(kind, real)
         return self._late(action, request, real)
 
     def close_sync(self) -> None:

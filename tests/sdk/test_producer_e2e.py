@@ -164,3 +164,19 @@ def test_commit_waits_for_markers_before_next_transaction(twin: Twin, cluster: C
     seen = wait_for(lambda: len(read_topic(cluster.url, topic, 2)) == 50 or None,
                     what="50 committed records")
     assert seen
+
+
+def test_several_batches_of_a_partition_are_in_flight_without_reordering(
+    twin: Twin, cluster: Cluster
+) -> None:
+    """Up to five batches per partition await their answers together, and since only one
+    is being written at a time none arrives out of order (no OUT_OF_ORDER retries)."""
+    topic = cluster.create_topic(partitions=1)
+    server = twin.faulty(lambda request: None)
+    producer = twin.producer(cluster.url, linger_ms=0, batch_size=2_000,
+                             transport=server.transport(twin.kind))
+    futures = [producer.send(topic, "x" * 900) for _ in range(600)]
+    producer.flush()
+    assert [f.result().offset for f in futures] == list(range(600))
+    assert 1 < server.max_concurrent["produce"] <= 5
+    assert server.statuses[409] == 0
