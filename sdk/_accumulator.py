@@ -144,6 +144,7 @@ class ProducerBatch:
     attempts: int = 0
     retry_at_ms: int = 0
     on_wire: bool = False  # the request's body has been written to the connection
+    pipelined: bool = False  # sent while an earlier batch of its partition was unanswered
 
     def request_body(self, transactional: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"encoding": self.encoding, "records": self.records}
@@ -277,6 +278,7 @@ class RecordAccumulator:
                     if head.retry_at_ms <= now_ms:
                         queue.retries.pop(0)
                         queue.in_flight.append(head)
+                        head.pipelined = False
                         head.attempts += 1
                         head.on_wire = False
                         out.append(head)
@@ -300,6 +302,7 @@ class RecordAccumulator:
                     break
                 queue.unsent.popleft()
                 batch.closed = True
+                batch.pipelined = bool(queue.in_flight)
                 batch.order = queue.next_order
                 queue.next_order += 1
                 if producer_id >= 0:
@@ -347,10 +350,13 @@ class RecordAccumulator:
         if batch in queue.in_flight:
             queue.in_flight.remove(batch)
         verdict = classify(POLICIES[Req.PRODUCE], exc)
+        # A sequence error is only genuine for a batch sent when nothing earlier of its
+        # partition was unanswered: a pipelined one may simply have been handled before its
+        # predecessor (the node may await between two batches), so it is sent again, alone.
         behind_a_gap = (
             isinstance(exc, EosError)
             and exc.code in SEQUENCE_ERRORS
-            and queue.earlier_unresolved(batch)
+            and (batch.pipelined or queue.earlier_unresolved(batch))
         )
         in_time = now_ms < batch.created_ms + self.delivery_timeout_ms
         if (verdict is not Verdict.FAIL or behind_a_gap) and in_time:

@@ -195,3 +195,19 @@ def test_binary_and_text_records_do_not_share_a_batch() -> None:
     batches = drain(acc, 0) + drain(acc, 0)
     assert [b.encoding for b in batches] == ["utf8", "base64"]
     assert batches[1].records[0]["value"] == "AA=="
+
+
+def test_a_pipelined_batch_overtaken_by_the_node_is_retried_even_after_its_elders_succeed() -> None:
+    """The node may handle a batch before its predecessor (it awaits between them); the
+    predecessor's success can reach us before the later batch's OUT_OF_ORDER answer."""
+    acc = accumulator(linger_ms=0, batch_size=100)
+    first, second = add(acc, 2)
+    b0 = drain(acc, 0)[0]
+    b1 = drain(acc, 0)[0]
+    assert b1.pipelined and not b0.pipelined
+    ok(acc, b0, 0)
+    assert acc.failed(b1, OutOfOrderSequenceNumberError("expected 0, got 1"), 0) is None
+    (again,) = drain(acc, 0)
+    assert again is b1 and not again.pipelined  # alone this time: a second error is real
+    ok(acc, again, 1)
+    assert [f.result().offset for f in (first, second)] == [0, 1]

@@ -180,3 +180,21 @@ def test_several_batches_of_a_partition_are_in_flight_without_reordering(
     assert [f.result().offset for f in futures] == list(range(600))
     assert 1 < server.max_concurrent["produce"] <= 5
     assert server.statuses[409] == 0
+
+
+def test_pipelined_transactions_back_to_back(twin: Twin, cluster: Cluster) -> None:
+    """At the start of each transaction the node verifies the partition with the
+    coordinator and may handle a later batch before an earlier one; the producer resends
+    the overtaking batch and the transactions commit whole."""
+    topic = cluster.create_topic(partitions=2)
+    producer = twin.transactional_producer(cluster.url, uid("tx"), linger_ms=0,
+                                           batch_size=2_000)
+    producer.init_transactions()
+    for n in range(8):
+        with producer.transaction():
+            for i in range(120):
+                producer.send(topic, f"{n}:{i}", partition=i % 2)
+    records = read_topic(cluster.url, topic, 2, expect=960)
+    for partition in (0, 1):
+        got = [r.value for r in records if r.partition == partition]
+        assert got == [f"{n}:{i}" for n in range(8) for i in range(partition, 120, 2)]
