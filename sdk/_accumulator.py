@@ -258,11 +258,13 @@ class RecordAccumulator:
     def drain(
         self,
         now_ms: int,
-        sendable: Callable[[TopicPartition], bool],
+        in_flight_limit: Callable[[TopicPartition, int], int],
         producer_id: int,
         producer_epoch: int,
     ) -> tuple[list[ProducerBatch], int | None]:
-        """Batches to send now, and when to look again (None: nothing is waiting)."""
+        """Batches to send now, and when to look again (None: nothing is waiting).
+        ``in_flight_limit(tp, max_in_flight)`` caps a partition's batches in flight (0: it
+        may not send yet)."""
         out: list[ProducerBatch] = []
         wake: int | None = None
 
@@ -285,14 +287,13 @@ class RecordAccumulator:
                     else:
                         later(head.retry_at_ms)
                 continue
-            if not sendable(tp):
-                continue
+            limit = in_flight_limit(tp, self.max_in_flight)
             # One batch of a partition is written to the wire at a time: requests travel on
             # separate connections, and a later batch that overtook an earlier one would
             # only come back OUT_OF_ORDER_SEQUENCE_NUMBER. Their answers still overlap.
             while (
                 queue.unsent
-                and len(queue.in_flight) < self.max_in_flight
+                and len(queue.in_flight) < limit
                 and all(b.on_wire for b in queue.in_flight)
             ):
                 batch = queue.unsent[0]

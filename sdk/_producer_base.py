@@ -156,7 +156,7 @@ class ProducerCore:
         if txn.state is ProducerState.INITIALIZING:
             return actions
         actions.batches, actions.wake_at_ms = self.accumulator.drain(
-            now, txn.is_sendable, txn.producer_id, txn.producer_epoch
+            now, txn.in_flight_limit, txn.producer_id, txn.producer_epoch
         )
         return actions
 
@@ -202,6 +202,7 @@ class ProducerCore:
 
     def on_produce_ok(self, batch: ProducerBatch, body: dict[str, Any]) -> None:
         self.accumulator.complete(batch, body)
+        self.txn.on_batch_acked(batch.tp)
 
     def on_produce_error(self, batch: ProducerBatch, exc: BaseException) -> None:
         verdict = classify(POLICIES[Req.PRODUCE], exc)

@@ -83,6 +83,7 @@ class TransactionManager:
         self.partitions: set[TopicPartition] = set()  # added at the coordinator
         self.pending: set[TopicPartition] = set()  # to add before their first batch
         self.adding: set[TopicPartition] = set()  # in an add-partitions call right now
+        self.opened: set[TopicPartition] = set()  # a batch acknowledged in this transaction
         self.groups: set[str] = set()  # offsets added (AddOffsetsToTxn)
         self.started_at_coordinator = False  # an add was sent: the end call is needed
 
@@ -130,6 +131,7 @@ class TransactionManager:
 
     def _clear_transaction(self) -> None:
         self.partitions.clear()
+        self.opened.clear()
         self.pending.clear()
         self.adding.clear()
         self.groups.clear()
@@ -169,6 +171,21 @@ class TransactionManager:
     def is_sendable(self, tp: TopicPartition) -> bool:
         """A batch may leave only for a partition the coordinator has added."""
         return not self.transactional or tp in self.partitions
+
+    def in_flight_limit(self, tp: TopicPartition, max_in_flight: int) -> int:
+        """How many batches of ``tp`` may await their answer now. In a transaction the
+        first batch of a partition goes alone: it opens the transaction at the node, which
+        first asks the coordinator (KIP-890), and batches sent behind it would be handled
+        in any order while it waits, to come back OUT_OF_ORDER and be sent again."""
+        if not self.transactional:
+            return max_in_flight
+        if tp not in self.partitions:
+            return 0
+        return max_in_flight if tp in self.opened else 1
+
+    def on_batch_acked(self, tp: TopicPartition) -> None:
+        if self.transactional:
+            self.opened.add(tp)
 
     def partitions_to_add(self) -> list[TopicPartition]:
         """The partitions for the next add-partitions call (none while one is in flight)."""

@@ -66,7 +66,7 @@ def add(acc: RecordAccumulator, n: int, now: int = 0, size: int = 100) -> list[F
 
 
 def drain(acc: RecordAccumulator, now: int) -> list[ProducerBatch]:
-    batches, _ = acc.drain(now, lambda tp: True, 1, 0)
+    batches, _ = acc.drain(now, lambda tp, most: most, 1, 0)
     for batch in batches:
         batch.on_wire = True
     return batches
@@ -79,7 +79,7 @@ def ok(acc: RecordAccumulator, batch: ProducerBatch, base: int, duplicate: bool 
 def test_batches_fill_to_batch_size_and_wait_for_linger() -> None:
     acc = accumulator()
     add(acc, 7)  # 7 x ~140 bytes: the 8th would not fit in 1000
-    batches, wake = acc.drain(5, lambda tp: True, 1, 0)
+    batches, wake = acc.drain(5, lambda tp, most: most, 1, 0)
     assert batches == [] and wake == 10  # not full yet: it lingers
     add(acc, 1)
     batches = drain(acc, 5)
@@ -99,7 +99,7 @@ def test_sequences_are_given_when_batches_leave() -> None:
 def test_one_batch_on_the_wire_at_a_time_and_five_in_flight() -> None:
     acc = accumulator(linger_ms=0, batch_size=100)
     add(acc, 8)
-    sent, _ = acc.drain(0, lambda tp: True, 1, 0)
+    sent, _ = acc.drain(0, lambda tp, most: most, 1, 0)
     assert len(sent) == 1  # the next waits until this one's body is written
     sent[0].on_wire = True
     total = list(sent)
@@ -113,7 +113,7 @@ def test_one_batch_on_the_wire_at_a_time_and_five_in_flight() -> None:
 def test_nothing_leaves_for_a_partition_not_yet_added() -> None:
     acc = accumulator(linger_ms=0)
     add(acc, 1)
-    assert acc.drain(0, lambda tp: False, 1, 0)[0] == []
+    assert acc.drain(0, lambda tp, most: 0, 1, 0)[0] == []
 
 
 def test_a_retry_keeps_its_sequence_and_later_batches_wait_behind_it() -> None:
@@ -171,7 +171,7 @@ def test_delivery_timeout_fails_queued_and_retrying_batches() -> None:
     first, second = add(acc, 2)
     (batch,) = drain(acc, 0)
     acc.failed(batch, KafkaStorageError("disk"), 10)
-    acc.drain(1000, lambda tp: False, 1, 0)
+    acc.drain(1000, lambda tp, most: 0, 1, 0)
     assert isinstance(first.exception(), DeliveryTimeoutError)
     assert isinstance(second.exception(), DeliveryTimeoutError)
     assert acc.sequence_broken  # the retried batch had a sequence

@@ -169,8 +169,9 @@ def test_commit_waits_for_markers_before_next_transaction(twin: Twin, cluster: C
 def test_several_batches_of_a_partition_are_in_flight_without_reordering(
     twin: Twin, cluster: Cluster
 ) -> None:
-    """Up to five batches per partition await their answers together, and since only one
-    is being written at a time none arrives out of order (no OUT_OF_ORDER retries)."""
+    """Up to five batches per partition await their answers together; one that the node
+    handled before its predecessor (HTTP/1.1 requests on separate connections) is sent
+    again, so the offsets still follow the order of the sends."""
     topic = cluster.create_topic(partitions=1)
     server = twin.faulty(lambda request: None)
     producer = twin.producer(cluster.url, linger_ms=0, batch_size=2_000,
@@ -179,7 +180,6 @@ def test_several_batches_of_a_partition_are_in_flight_without_reordering(
     producer.flush()
     assert [f.result().offset for f in futures] == list(range(600))
     assert 1 < server.max_concurrent["produce"] <= 5
-    assert server.statuses[409] == 0
 
 
 def test_pipelined_transactions_back_to_back(twin: Twin, cluster: Cluster) -> None:

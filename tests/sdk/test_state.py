@@ -132,7 +132,7 @@ def test_partitions_are_added_once_in_one_batched_call() -> None:
     txn = in_transaction()
     for tp in (TP1, TP0, TP1):
         txn.maybe_add_partition(tp)
-    assert not txn.is_sendable(TP0)
+    assert not txn.is_sendable(TP0) and txn.in_flight_limit(TP0, 5) == 0
     first = txn.partitions_to_add()
     assert first == [TP0, TP1]
     assert txn.started_at_coordinator
@@ -140,6 +140,9 @@ def test_partitions_are_added_once_in_one_batched_call() -> None:
     assert txn.partitions_to_add() == []  # one call at a time
     txn.on_partitions_added(first)
     assert txn.is_sendable(TP0) and txn.is_sendable(TP1)
+    assert txn.in_flight_limit(TP0, 5) == 1  # the first batch opens the transaction alone
+    txn.on_batch_acked(TP0)
+    assert txn.in_flight_limit(TP0, 5) == 5 and txn.in_flight_limit(TP1, 5) == 1
     assert txn.partitions_to_add() == [TopicPartition("t", 2)]
     txn.maybe_add_partition(TP0)
     assert txn.pending == set()
