@@ -318,6 +318,11 @@ class RecordAccumulator:
                 out.append(batch)
         return out, wake
 
+    def expire(self, now_ms: int) -> None:
+        """Fail what outlived ``delivery_timeout_ms`` while nothing could be drained."""
+        for queue in self.queues.values():
+            self._expire(queue, now_ms)
+
     def _expire(self, queue: PartitionQueue, now_ms: int) -> None:
         def expired(batch: ProducerBatch) -> bool:
             return now_ms >= batch.created_ms + self.delivery_timeout_ms

@@ -14,7 +14,12 @@ from sdk.protocol.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, MAX_TRANSAC
 
 
 class UseDefault(enum.Enum):
-    """The type of ``USE_DEFAULT``: "the caller said nothing", unlike ``None``."""
+    """The type of ``USE_DEFAULT``: "the caller said nothing", unlike ``None``.
+
+    Example::
+
+        consumer.poll(timeout=USE_DEFAULT)  # the configured wait; timeout=None: no deadline
+    """
 
     USE_DEFAULT = enum.auto()
 
@@ -39,7 +44,12 @@ def resolve_timeout(value: TimeoutArg, default_ms: int | None) -> float | None:
 class RetryConfig:
     """How requests are retried: exponential backoff between ``backoff_ms`` and
     ``backoff_max_ms`` (with jitter), ``fast_backoff_ms`` for CONCURRENT_TRANSACTIONS
-    (Kafka retries it quickly because the previous transaction is about to complete)."""
+    (Kafka retries it quickly because the previous transaction is about to complete).
+
+    Example::
+
+        producer = Producer(url, retry=RetryConfig(backoff_ms=50, request_timeout_ms=5_000))
+    """
 
     backoff_ms: int = 100
     backoff_max_ms: int = 1_000

@@ -16,32 +16,77 @@ from __future__ import annotations
 
 
 class ClientError(Exception):
-    """Base of the errors the client raises on its own account."""
+    """Base of the errors the client raises on its own account.
+
+    Example::
+
+        try:
+            producer.commit_transaction()
+        except EosTimeoutError:
+            producer.commit_transaction()  # still COMMITTING: try again
+    """
 
 
 class IllegalStateError(ClientError):
-    """The call is not valid in the producer's current state (see ``ProducerState``)."""
+    """The call is not valid in the producer's current state (see ``ProducerState``).
+
+    Example::
+
+        producer.send("orders", "x")  # before begin_transaction: IllegalStateError
+    """
 
 
 class ProducerClosedError(ClientError):
-    """The client was closed."""
+    """The client was closed.
+
+    Example::
+
+        producer.close()
+        producer.send("orders", "x")  # ProducerClosedError
+    """
 
 
 class TransactionAbortedError(ClientError):
-    """The record was never sent: its transaction was aborted first."""
+    """The record was never sent: its transaction was aborted first.
+
+    Example::
+
+        future = producer.send("orders", "x")
+        producer.abort_transaction()
+        future.exception()  # TransactionAbortedError (unless it had left already)
+    """
 
 
 class NetworkError(ClientError):
-    """A connection or protocol failure on a request that is not safe to send again."""
+    """A connection or protocol failure on a request that is not safe to send again.
+
+    Example::
+
+        try:
+            admin.create_topic("orders", 3)
+        except NetworkError:
+            admin.create_topic("orders", 3, exist_ok=True)  # it may have been created
+    """
 
 
 class EosTimeoutError(ClientError, TimeoutError):
-    """An operation did not finish before its deadline. Retrying the call is safe."""
+    """An operation did not finish before its deadline. Retrying the call is safe.
+
+    Example::
+
+        producer.flush(timeout=5.0)  # EosTimeoutError if records are still unacknowledged
+    """
 
 
 class DeliveryTimeoutError(EosTimeoutError):
     """A record was not acknowledged within ``delivery_timeout_ms``; its fate is unknown,
-    so a transactional producer must abort and an idempotent one takes a new producer id."""
+    so a transactional producer must abort and an idempotent one takes a new producer id.
+
+    Example::
+
+        producer = Producer(url, delivery_timeout_ms=10_000)
+        producer.send("orders", "x").exception()  # DeliveryTimeoutError if no node answered
+    """
 
 
 def copy_error(exc: BaseException) -> BaseException:

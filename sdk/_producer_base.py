@@ -147,6 +147,7 @@ class ProducerCore:
                 else:
                     return actions
             if not txn.has_producer_id or txn.state is ProducerState.UNINITIALIZED:
+                self.accumulator.expire(now)  # records must not wait forever for an id
                 if self.accumulator.has_unsent() and not self.init_in_flight:
                     actions.init_producer_id = True
                     self.init_in_flight = True

@@ -28,6 +28,14 @@ from sdk.protocol.errors import AbortableError, EosError, FatalError
 
 
 class ProducerState(enum.Enum):
+    """Where a producer is in its lifecycle (the diagram at the top of this module).
+
+    Example::
+
+        if producer.state is ProducerState.ABORTABLE_ERROR:
+            producer.abort_transaction()
+    """
+
     UNINITIALIZED = "UNINITIALIZED"
     INITIALIZING = "INITIALIZING"
     READY = "READY"

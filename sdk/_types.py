@@ -24,7 +24,14 @@ class TopicPartition(NamedTuple):
 
 
 class OffsetAndMetadata(NamedTuple):
-    """An offset to commit for a consumer group: the *next* offset to read, as in Kafka."""
+    """An offset to commit for a consumer group: the *next* offset to read, as in Kafka.
+
+    Example::
+
+        producer.send_offsets_to_transaction(
+            {TopicPartition("orders", 0): OffsetAndMetadata(42, "batch 7")}, "enricher"
+        )
+    """
 
     offset: int
     metadata: str | None = None
@@ -32,7 +39,13 @@ class OffsetAndMetadata(NamedTuple):
 
 class RecordMetadata(NamedTuple):
     """Where an acknowledged record landed. ``duplicate`` is true when the node recognised
-    a retried batch and answered with the offsets it first assigned."""
+    a retried batch and answered with the offsets it first assigned.
+
+    Example::
+
+        meta = producer.send("orders", "order-1").result()
+        print(meta.partition, meta.offset)
+    """
 
     topic: str
     partition: int
@@ -42,7 +55,13 @@ class RecordMetadata(NamedTuple):
 
 
 class ConsumerRecord(NamedTuple):
-    """A record read by a ``Consumer``. Values sent as bytes come back as bytes."""
+    """A record read by a ``Consumer``. Values sent as bytes come back as bytes.
+
+    Example::
+
+        for record in consumer.poll(timeout=1.0):
+            print(record.topic, record.partition, record.offset, record.key, record.value)
+    """
 
     topic: str
     partition: int

@@ -50,10 +50,19 @@ def test_all_names_resolve_and_are_sorted() -> None:
     assert len(set(sdk.__all__)) == len(sdk.__all__)
 
 
-@pytest.mark.parametrize("name", [n for pair in PUBLIC_CLIENTS for n in pair])
-def test_clients_document_an_example(name: str) -> None:
+def _own_public_classes() -> list[str]:
+    """Public classes the SDK defines itself (the wire errors come from sdk.protocol)."""
+    return [
+        name for name in sdk.__all__
+        if inspect.isclass(getattr(sdk, name))
+        and not getattr(sdk, name).__module__.startswith("sdk.protocol")
+    ]
+
+
+@pytest.mark.parametrize("name", _own_public_classes())
+def test_public_classes_document_an_example(name: str) -> None:
     doc = inspect.getdoc(getattr(sdk, name)) or ""
-    assert "Example::" in doc, f"{name} has no example"
+    assert "Example::" in doc or ">>>" in doc, f"{name} has no example"
 
 
 @pytest.mark.parametrize(("sync_name", "async_name"), PUBLIC_CLIENTS)
