@@ -26,16 +26,12 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +41,30 @@ sys.path.insert(0, str(ROOT))
 import orjson  # noqa: E402
 import uvloop  # noqa: E402
 
-from partition_service.log import batch as frames  # noqa: E402
+from bench.fsync_limit import (  # noqa: E402
+    FsyncResult,
+    raw_fsync_group,
+    raw_fsync_single,
+    sample_frame,
+)
+from bench.harness import (  # noqa: E402
+    TOKEN,
+    Conn,
+    HttpError,
+    Server,
+    call,
+    free_port,
+    metric,
+)
+from bench.load import LoadResult, Step, drive  # noqa: E402
 from partition_service.log.engine import PartitionEngine  # noqa: E402
 from partition_service.log.log import LogConfig  # noqa: E402
 
-TOKEN = "bench-token"
 RECORDS_PER_BATCH = 1000
 VALUE_BYTES = 100
 CLIENTS = 8
 FETCH_READERS = 4
 FETCH_MAX_RECORDS = 5000
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -98,159 +107,6 @@ def produce_body(records: bytes, producer_id: int, sequence: int, *, txn: bool =
     return head + records + b"}"
 
 
-# -- a minimal HTTP/1.1 keep-alive client ----------------------------------------------------
-class HttpError(Exception):
-    pass
-
-
-class Conn:
-    """One keep-alive connection; requests on it are sequential."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def open(self) -> Conn:
-        self.reader, self.writer = await asyncio.open_connection(
-            "127.0.0.1", self.port, limit=1 << 20
-        )
-        return self
-
-    async def request(
-        self, method: str, path: str, body: bytes = b"", headers: str = ""
-    ) -> tuple[int, bytes]:
-        assert self.reader is not None and self.writer is not None
-        head = (
-            f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{headers}"
-            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-        ).encode()
-        self.writer.writelines([head, body] if body else [head])
-        await self.writer.drain()
-        raw = await self.reader.readuntil(b"\r\n\r\n")
-        lines = raw.split(b"\r\n")
-        status = int(lines[0].split(b" ", 2)[1])
-        length = -1
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            lname = name.strip().lower()
-            if lname == b"content-length":
-                length = int(value.strip())
-            elif lname == b"transfer-encoding":
-                raise HttpError("chunked answers are not supported by this client")
-        if length < 0:
-            raise HttpError("answer without content-length")
-        return status, await self.reader.readexactly(length)
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
-
-
-async def call(port: int, method: str, path: str, body: Any = None, internal: bool = False) -> Any:
-    conn = await Conn(port).open()
-    try:
-        data = b"" if body is None else orjson.dumps(body)
-        headers = f"authorization: Bearer {TOKEN}\r\n" if internal else ""
-        status, answer = await conn.request(method, path, data, headers)
-    finally:
-        await conn.close()
-    if status >= 300:
-        raise HttpError(f"{method} {path}: {status} {answer[:300]!r}")
-    return orjson.loads(answer) if answer else None
-
-
-async def metric(port: int, name: str, labels: str) -> float:
-    conn = await Conn(port).open()
-    try:
-        _status, text = await conn.request("GET", "/metrics")
-    finally:
-        await conn.close()
-    prefix = f"{name}{{{labels}}} ".encode()
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            return float(line[len(prefix) :])
-    raise HttpError(f"metric {name}{{{labels}}} not found")
-
-
-# -- processes -------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_ready(
-    proc: subprocess.Popen[bytes], port: int, started: float, timeout: float = 60.0
-) -> float:
-    """Seconds from ``started`` until GET /readyz answers 200 (polled every millisecond)."""
-    request = b"GET /readyz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n"
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before it was ready")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(request)
-                if s.recv(64).startswith(b"HTTP/1.1 200"):
-                    return time.monotonic() - started
-        except OSError:
-            pass
-        if time.monotonic() - started > timeout:
-            raise RuntimeError("not ready in time")
-        time.sleep(0.001)
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-class Server:
-    """A node (or the no-op server) as a child process."""
-
-    def __init__(self, argv: list[str], port: int, log: Path) -> None:
-        self.argv = argv
-        self.port = port
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> float:
-        """Start and wait until ready; returns seconds from the start of the process."""
-        with self.log.open("ab") as log:
-            started = time.monotonic()
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, cwd=ROOT)
-        try:
-            return wait_ready(self.proc, self.port, started)
-        except RuntimeError as exc:
-            self.kill()
-            tail = self.log.read_bytes()[-2000:].decode(errors="replace")
-            raise RuntimeError(f"{self.argv[1:3]}: {exc}\n{tail}") from None
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def stop(self) -> None:
-        """Clean stop (SIGTERM: the node flushes and checkpoints)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-
 def node(data_dir: Path, port: int) -> Server:
     """A node with durable acks (fsync and group commit: the default)."""
     argv = [sys.executable, "-m", "partition_service", "--node-id", "1", "--port", str(port)]
@@ -263,83 +119,6 @@ def noop_server(port: int, tmp: Path) -> Server:
     argv = [sys.executable, str(ROOT / "bench" / "noop_server.py"), "--port", str(port)]
     argv += ["--fetch-records", str(FETCH_MAX_RECORDS)]
     return Server(argv, port, tmp / "noop.log")
-
-
-# -- load ------------------------------------------------------------------------------------
-@dataclass
-class LoadResult:
-    seconds: float
-    requests: int
-    records: int
-    body_bytes: int
-    latencies: list[float] = field(default_factory=list)
-    server_cpu: float = 0.0
-    client_cpu: float = 0.0
-
-    @property
-    def records_per_s(self) -> float:
-        return self.records / self.seconds
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.body_bytes / self.seconds / 1e6
-
-    def latency_ms(self, q: float) -> float:
-        if not self.latencies:
-            return float("nan")
-        ordered = sorted(self.latencies)
-        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-Step = Callable[[Conn], Awaitable[tuple[int, int]]]  # -> (records, bytes)
-
-
-async def drive(
-    port: int,
-    server_pid: int,
-    steps: list[Step],
-    warmup_s: float,
-    measure_s: float,
-    on_window: Callable[[bool], Awaitable[None]] | None = None,
-) -> LoadResult:
-    """Run one loop per step (each on its own connection) for warmup + measure seconds and
-    count what completes inside the measured window."""
-    conns = [await Conn(port).open() for _ in steps]
-    window = {"open": False, "closed": False}
-    result = LoadResult(seconds=measure_s, requests=0, records=0, body_bytes=0)
-
-    async def loop(step: Step, conn: Conn) -> None:
-        while not window["closed"]:
-            began = time.monotonic()
-            records, size = await step(conn)
-            if window["open"] and not window["closed"]:
-                result.latencies.append(time.monotonic() - began)
-                result.requests += 1
-                result.records += records
-                result.body_bytes += size
-
-    tasks = [asyncio.create_task(loop(step, conn)) for step, conn in zip(steps, conns, strict=True)]
-    try:
-        await asyncio.sleep(warmup_s)
-        if on_window is not None:
-            await on_window(True)
-        cpu0, mine0, t0 = cpu_seconds(server_pid), time.process_time(), time.monotonic()
-        window["open"] = True
-        await asyncio.sleep(measure_s)
-        window["closed"] = True
-        elapsed = time.monotonic() - t0
-        result.seconds = elapsed
-        result.server_cpu = (cpu_seconds(server_pid) - cpu0) / elapsed
-        result.client_cpu = (time.process_time() - mine0) / elapsed
-        if on_window is not None:
-            await on_window(False)
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        for conn in conns:
-            await conn.close()
-    return result
 
 
 def produce_steps(path_of: Callable[[int], str], first_pid: int) -> list[Step]:
@@ -604,106 +383,6 @@ async def bench_noop(plan: Plan, tmp: Path) -> dict[str, LoadResult]:
     return out
 
 
-def sample_frame() -> bytes:
-    """A frame as the node writes it for one produce batch."""
-    values = make_values(RECORDS_PER_BATCH, 0)
-    rows = [(f"key-0-{i:06d}", v, None, 1_700_000_000_000) for i, v in enumerate(values)]
-    return frames.encode(
-        base_offset=0,
-        record_count=RECORDS_PER_BATCH,
-        producer_id=1,
-        producer_epoch=0,
-        base_sequence=0,
-        flags=0,
-        append_time_ms=1_700_000_000_000,
-        payload=frames.encode_records(rows),
-    )
-
-
-@dataclass
-class FsyncResult:
-    frames: int
-    fsyncs: int
-    seconds: float
-    frame_bytes: int
-
-    @property
-    def records_per_s(self) -> float:
-        return self.frames * RECORDS_PER_BATCH / self.seconds
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.frames * self.frame_bytes / self.seconds / 1e6
-
-
-def raw_fsync_single(path: Path, frame: bytes, seconds: float) -> FsyncResult:
-    """One writer: append a frame, fsync, repeat."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    count = 0
-    try:
-        started = time.monotonic()
-        while time.monotonic() - started < seconds:
-            os.write(fd, frame)
-            os.fsync(fd)
-            count += 1
-        elapsed = time.monotonic() - started
-    finally:
-        os.close(fd)
-    return FsyncResult(count, count, elapsed, len(frame))
-
-
-def raw_fsync_group(path: Path, frame: bytes, seconds: float, writers: int) -> FsyncResult:
-    """``writers`` threads append frames and wait until a shared flusher thread's fsync
-    covers them: group commit with nothing else around it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    cond = threading.Condition()
-    state = {"written": 0, "durable": 0, "frames": 0, "fsyncs": 0, "stop": False}
-
-    def writer() -> None:
-        while True:
-            with cond:
-                if state["stop"]:
-                    return
-                os.write(fd, frame)
-                state["written"] += 1
-                mine = state["written"]
-                cond.notify_all()
-                while state["durable"] < mine and not state["stop"]:
-                    cond.wait()
-                if state["durable"] >= mine:
-                    state["frames"] += 1
-
-    def flusher() -> None:
-        while True:
-            with cond:
-                while state["written"] == state["durable"] and not state["stop"]:
-                    cond.wait()
-                if state["stop"]:
-                    return
-                target = state["written"]
-            os.fsync(fd)  # outside the lock: writers keep appending meanwhile
-            with cond:
-                state["durable"] = target
-                state["fsyncs"] += 1
-                cond.notify_all()
-
-    threads = [threading.Thread(target=writer) for _ in range(writers)]
-    threads.append(threading.Thread(target=flusher))
-    started = time.monotonic()
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    with cond:
-        state["stop"] = True
-        elapsed = time.monotonic() - started
-        done, fsyncs = state["frames"], state["fsyncs"]
-        cond.notify_all()
-    for t in threads:
-        t.join()
-    os.close(fd)
-    return FsyncResult(done, fsyncs, elapsed, len(frame))
-
-
 # -- report ----------------------------------------------------------------------------------
 def ratio(value: float, limit: float) -> str:
     return f"{100 * value / limit:5.1f}%" if limit else "  n/a"
@@ -874,7 +553,7 @@ async def run(plan: Plan, tmp: Path, progress: Callable[[str], None]) -> dict[st
     progress("limits: no-op server")
     res["noop"] = await bench_noop(plan, tmp)
     progress("limits: raw fsync")
-    frame = sample_frame()
+    frame = sample_frame(make_values(RECORDS_PER_BATCH, 0))
     res["fsync"] = {
         "single": raw_fsync_single(tmp / "raw-1.log", frame, plan.fsync_s),
         "group": raw_fsync_group(tmp / "raw-8.log", frame, plan.fsync_s, CLIENTS),
