@@ -33,6 +33,10 @@ def now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+#: A request body, or a function giving the body of each attempt.
+Body = dict[str, Any] | Callable[[], dict[str, Any]]
+
+
 @dataclass
 class Actions:
     """What the sender should do now."""
@@ -173,6 +177,15 @@ class ProducerCore:
         self.init_in_flight = False
         if isinstance(exc, FatalError):
             self.txn.to_fatal(exc)
+
+    def add_partitions_body(self, tps: list[TopicPartition]) -> dict[str, Any]:
+        """The body of an add-partitions attempt: ``tps`` grows with the partitions that
+        became pending since the call began (a retry after CONCURRENT_TRANSACTIONS)."""
+        tps.extend(self.txn.take_pending())
+        return {
+            **self.end_body(),
+            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in tps],
+        }
 
     def on_add_result(self, tps: list[TopicPartition], body: dict[str, Any]) -> None:
         ok: list[TopicPartition] = []

@@ -203,9 +203,16 @@ class TransactionManager:
             or self.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION)
         ):
             return []
+        return self.take_pending()
+
+    def take_pending(self) -> list[TopicPartition]:
+        """Move the pending partitions into the add-partitions call being made (also when
+        it is retried, so partitions that turned up meanwhile share the call)."""
+        if self.state not in (S.IN_TRANSACTION, S.COMMITTING_TRANSACTION):
+            return []
         batch = sorted(self.pending)
-        self.adding = set(batch)
-        self.pending.difference_update(batch)
+        self.adding.update(batch)
+        self.pending.clear()
         self.started_at_coordinator = True
         return batch
 

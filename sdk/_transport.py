@@ -323,12 +323,14 @@ class SyncTransport:
         invalidate: Invalidate | None = None,
     ) -> Any:
         """Send with the retry rule of ``req``; ``base()`` is asked for the target on
-        every attempt so a re-found coordinator is used at once."""
+        every attempt so a re-found coordinator is used at once. ``json`` may be a
+        callable, asked for the body of each attempt."""
         shape = _RetryShape(req, self.retry, timeout_s, invalidate)
         try:
             for attempt in Retrying(**shape.kwargs()):
                 with attempt:
-                    return self.send_once(method, base() + path, json=json, params=params)
+                    body = json() if callable(json) else json
+                    return self.send_once(method, base() + path, json=body, params=params)
         except BaseException as exc:
             final = _final_error(req, shape.policy, exc)
             if final is exc:
@@ -385,7 +387,8 @@ class AsyncTransport:
             async for attempt in AsyncRetrying(**shape.kwargs()):
                 with attempt:
                     url = await base()
-                    return await self.send_once(method, url + path, json=json, params=params)
+                    body = json() if callable(json) else json
+                    return await self.send_once(method, url + path, json=body, params=params)
         except BaseException as exc:
             final = _final_error(req, shape.policy, exc)
             if final is exc:

@@ -21,7 +21,7 @@ from sdk._accumulator import FutureLike, ProducerBatch
 from sdk._config import USE_DEFAULT, ProducerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._errors import EosTimeoutError
 from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path, txn_path
-from sdk._producer_base import Actions, ProducerCore, normalise_offsets, now_ms
+from sdk._producer_base import Actions, Body, ProducerCore, normalise_offsets, now_ms
 from sdk._state import ProducerState
 from sdk._transport import Req, SyncTransport
 from sdk._types import OffsetAndMetadata, Payload, RecordMetadata, TopicPartition
@@ -156,10 +156,10 @@ class _SyncProducerBase:
             self._cond.notify()
 
     def _add_partitions(self, tps: list[TopicPartition]) -> None:
-        body = {
-            **self._core.end_body(),
-            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in tps],
-        }
+        def body() -> dict[str, Any]:
+            with self._cond:
+                return self._core.add_partitions_body(tps)
+
         try:
             answer = self._txn_call(Req.ADD_PARTITIONS, "partitions", body, USE_DEFAULT)
         except Exception as exc:
@@ -229,7 +229,7 @@ class _SyncProducerBase:
             url = self._core.metadata.txn_coordinator = str(body["url"]).rstrip("/")
         return url
 
-    def _txn_call(self, req: Req, action: str, body: dict[str, Any], timeout: TimeoutArg) -> Any:
+    def _txn_call(self, req: Req, action: str, body: Body, timeout: TimeoutArg) -> Any:
         tid = self._core.txn.transactional_id
         assert tid is not None
         return self._http.call(

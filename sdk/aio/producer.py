@@ -23,7 +23,7 @@ from sdk._accumulator import FutureLike, ProducerBatch
 from sdk._config import USE_DEFAULT, ProducerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._errors import EosTimeoutError
 from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path, txn_path
-from sdk._producer_base import Actions, ProducerCore, normalise_offsets, now_ms
+from sdk._producer_base import Actions, Body, ProducerCore, normalise_offsets, now_ms
 from sdk._state import ProducerState
 from sdk._transport import AsyncTransport, Req
 from sdk._types import OffsetAndMetadata, Payload, RecordMetadata, TopicPartition
@@ -185,10 +185,9 @@ class _AsyncProducerBase:
         self._notify()
 
     async def _add_partitions(self, tps: list[TopicPartition]) -> None:
-        body = {
-            **self._core.end_body(),
-            "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in tps],
-        }
+        def body() -> dict[str, Any]:
+            return self._core.add_partitions_body(tps)
+
         try:
             answer = await self._txn_call(Req.ADD_PARTITIONS, "partitions", body, USE_DEFAULT)
         except Exception as exc:
@@ -251,9 +250,7 @@ class _AsyncProducerBase:
             url = self._core.metadata.txn_coordinator = str(body["url"]).rstrip("/")
         return url
 
-    async def _txn_call(
-        self, req: Req, action: str, body: dict[str, Any], timeout: TimeoutArg
-    ) -> Any:
+    async def _txn_call(self, req: Req, action: str, body: Body, timeout: TimeoutArg) -> Any:
         tid = self._core.txn.transactional_id
         assert tid is not None
         return await self._http.call(

@@ -183,3 +183,25 @@ def test_idempotent_producer_has_no_transactions() -> None:
     assert txn.is_sendable(TP0) and not txn.pending
     txn.on_error(OutOfOrderSequenceNumberError("gap"))
     assert txn.state is S.UNINITIALIZED  # not a transaction: nothing to abort
+
+
+def test_partitions_pending_during_an_add_join_its_retry() -> None:
+    """An add retried after CONCURRENT_TRANSACTIONS carries the partitions that turned up
+    meanwhile, so the transaction still adds them in one call."""
+    from sdk._config import ProducerConfig
+    from sdk._producer_base import ProducerCore
+
+    core = ProducerCore(ProducerConfig("http://c", transactional_id="tid"), batch_future=object)
+    core.txn.begin_init()
+    core.txn.complete_init(7, 0)
+    core.txn.begin_transaction()
+    core.txn.maybe_add_partition(TP0)
+    tps = core.txn.partitions_to_add()
+    assert core.add_partitions_body(tps)["partitions"] == [{"topic": "t", "partition": 0}]
+    core.txn.maybe_add_partition(TP1)
+    assert core.txn.partitions_to_add() == []  # the call is still going on
+    retry = core.add_partitions_body(tps)
+    assert [p["partition"] for p in retry["partitions"]] == [0, 1]
+    core.on_add_result(tps, {"partitions": [{"topic": "t", "partition": 0, "error": None},
+                                            {"topic": "t", "partition": 1, "error": None}]})
+    assert core.txn.partitions == {TP0, TP1} and not core.txn.adding
