@@ -19,7 +19,14 @@ from sdk._errors import ProducerClosedError, TransactionAbortedError, copy_error
 from sdk._metadata import MetadataCache
 from sdk._state import ProducerState, TransactionManager
 from sdk._transport import POLICIES, UNKNOWN_OUTCOME, Req, Verdict, backoff_s, classify
-from sdk._types import OffsetAndMetadata, Payload, RecordMetadata, TopicPartition, as_offset
+from sdk._types import (
+    OffsetAndMetadata,
+    Offsets,
+    Payload,
+    RecordMetadata,
+    TopicPartition,
+    as_offset,
+)
 from sdk._types import as_topic_partition as _tp
 from sdk.protocol.errors import (
     AbortableError,
@@ -272,10 +279,8 @@ class ProducerCore:
         }
 
 
-def normalise_offsets(
-    offsets: dict[TopicPartition, OffsetAndMetadata | int] | dict[tuple[str, int], int] | Any,
-) -> dict[TopicPartition, OffsetAndMetadata]:
-    return {_tp(tp): as_offset(value) for tp, value in dict(offsets).items()}
+def normalise_offsets(offsets: Offsets) -> dict[TopicPartition, OffsetAndMetadata]:
+    return {_tp(tp): as_offset(value) for tp, value in offsets.items()}
 
 
 def offsets_json(offsets: dict[TopicPartition, OffsetAndMetadata]) -> list[dict[str, Any]]:

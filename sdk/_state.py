@@ -257,6 +257,7 @@ class TransactionManager:
             self.begin_epoch_bump()
         else:
             self._transition(S.READY)
+            self.last_error = None
 
     # --- errors --------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ dictionary keys (``{TopicPartition("orders", 0): 42}``), and unpack them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 #: A key or value as the user gives it: text travels as UTF-8, bytes as base64.
@@ -70,6 +71,15 @@ class ConsumerRecord(NamedTuple):
     value: Payload | None
     headers: dict[str, str]
     timestamp_ms: int
+
+
+#: Offsets as the calls take them: keyed by ``TopicPartition`` or plain ``(topic, partition)``
+#: tuples, valued by a bare offset or an ``OffsetAndMetadata``. (Two mappings, since a
+#: mapping's key type is invariant.)
+Offsets = (
+    Mapping[TopicPartition, int | OffsetAndMetadata]
+    | Mapping[tuple[str, int], int | OffsetAndMetadata]
+)
 
 
 def as_topic_partition(tp: TopicPartition | tuple[str, int]) -> TopicPartition:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any
@@ -24,7 +24,7 @@ from sdk._metadata import find_coordinator_params, group_path, records_path, top
 from sdk._producer_base import Actions, Body, ProducerCore, normalise_offsets, now_ms
 from sdk._state import ProducerState
 from sdk._transport import Req, SyncTransport
-from sdk._types import OffsetAndMetadata, Payload, RecordMetadata, TopicPartition
+from sdk._types import Offsets, Payload, RecordMetadata, TopicPartition
 from sdk.protocol.errors import FatalError, InvalidTxnStateError
 
 _WORKERS = 32
@@ -359,7 +359,7 @@ class TransactionalProducer(_SyncProducerBase):
 
     def send_offsets_to_transaction(
         self,
-        offsets: Mapping[TopicPartition | tuple[str, int], int | OffsetAndMetadata],
+        offsets: Offsets,
         group_id: str,
         timeout: TimeoutArg = USE_DEFAULT,
     ) -> None:

@@ -13,7 +13,7 @@ The logic is ``ConsumerCore``'s; this module only does the I/O.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import httpx
@@ -23,7 +23,13 @@ from sdk._consumer_base import ConsumerCore
 from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path
 from sdk._producer_base import normalise_offsets
 from sdk._transport import AsyncTransport, Req
-from sdk._types import ConsumerRecord, OffsetAndMetadata, TopicPartition, as_topic_partition
+from sdk._types import (
+    ConsumerRecord,
+    OffsetAndMetadata,
+    Offsets,
+    TopicPartition,
+    as_topic_partition,
+)
 from sdk.protocol.errors import OffsetOutOfRangeError
 
 _DEFAULT_TIMEOUT_MS = 30_000
@@ -167,7 +173,7 @@ class AsyncConsumer:
 
     async def commit(
         self,
-        offsets: Mapping[TopicPartition | tuple[str, int], int | OffsetAndMetadata] | None = None,
+        offsets: Offsets | None = None,
         timeout: TimeoutArg = USE_DEFAULT,
     ) -> None:
         """Commit ``offsets`` (default: the current positions) for the consumer group."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import httpx
@@ -26,7 +26,7 @@ from sdk._metadata import find_coordinator_params, group_path, records_path, top
 from sdk._producer_base import Actions, Body, ProducerCore, normalise_offsets, now_ms
 from sdk._state import ProducerState
 from sdk._transport import AsyncTransport, Req
-from sdk._types import OffsetAndMetadata, Payload, RecordMetadata, TopicPartition
+from sdk._types import Offsets, Payload, RecordMetadata, TopicPartition
 from sdk.protocol.errors import FatalError, InvalidTxnStateError
 
 
@@ -376,7 +376,7 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
 
     async def send_offsets_to_transaction(
         self,
-        offsets: Mapping[TopicPartition | tuple[str, int], int | OffsetAndMetadata],
+        offsets: Offsets,
         group_id: str,
         timeout: TimeoutArg = USE_DEFAULT,
     ) -> None:

@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
         idle = 0
         with producer.transaction():
             for record in records:
-                producer.send(args.output, f"out:{record.value}", key=record.key,
+                producer.send(args.output, f"out:{record.value!s}", key=record.key,
                               partition=record.partition)
             positions = {tp: consumer.position(tp) for tp in assigned}
             producer.send_offsets_to_transaction(positions, args.group)

@@ -5,6 +5,7 @@ that break a sequence must be handled as KIP-360 says. Blocking and async client
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 import httpx
 import pytest
@@ -26,7 +27,7 @@ FAST = RetryConfig(backoff_ms=5, backoff_max_ms=50, request_timeout_ms=10_000)
 ALL_FAULTS = ["drop", "timeout_after", "timeout_before", "503", "bare503", "NOT_LEADER_OR_FOLLOWER"]
 
 
-def _check_exactly_once_in_order(records: list, sent: int, keys: int) -> None:
+def _check_exactly_once_in_order(records: list[Any], sent: int, keys: int) -> None:
     by_key: dict[str, list[int]] = defaultdict(list)
     for record in records:
         by_key[record.key].append(int(record.value.split(":")[1]))
@@ -119,7 +120,7 @@ def test_unknown_producer_id_aborts_then_bumps_the_epoch(twin: Twin, cluster: Cl
     with pytest.raises(UnknownProducerIdError):
         producer.commit_transaction()
     producer.abort_transaction()
-    assert producer.state is ProducerState.READY
+    assert producer.state is ProducerState.READY  # type: ignore[comparison-overlap]
     assert (producer.producer_id, producer.producer_epoch) == (pid, epoch + 1)
 
     with producer.transaction():
