@@ -1,0 +1,1 @@
+"""PySpark jobs that use the SDK for exactly-once consume-transform-produce."""
