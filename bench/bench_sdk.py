@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +128,8 @@ class Cluster:
             time.sleep(0.1)
         raise SystemExit(f"{url} did not become ready; see {self.dir / 'services.log'}")
 
-    def topic(self, name: str) -> dict[str, Any]:
+    def topic(self, prefix: str) -> dict[str, Any]:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         response = httpx.post(
             f"{self.url}/v1/topics", json={"name": name, "partitions": PARTITIONS}, timeout=30
         )
@@ -211,7 +213,7 @@ def run_sync(cluster: Cluster, seconds: float, interval_ms: int | None) -> Resul
             producer.flush()
         return Result("Producer (idempotent)", sent, time.monotonic() - start)
     producer_t = TransactionalProducer(
-        cluster.url, f"bench-{interval_ms}-{os.getpid()}", batch_size=BATCH_SIZE
+        cluster.url, f"bench-{interval_ms}-{uuid.uuid4().hex[:8]}", batch_size=BATCH_SIZE
     )
     producer_t.init_transactions()
     start = time.monotonic()
@@ -257,7 +259,7 @@ async def _run_async(cluster: Cluster, seconds: float, interval_ms: int | None) 
         await producer.close()
         return Result("AsyncProducer (idempotent)", sent, elapsed)
     producer_t = AsyncTransactionalProducer(
-        cluster.url, f"abench-{interval_ms}-{os.getpid()}", batch_size=BATCH_SIZE
+        cluster.url, f"abench-{interval_ms}-{uuid.uuid4().hex[:8]}", batch_size=BATCH_SIZE
     )
     await producer_t.init_transactions()
     start = time.monotonic()

@@ -154,7 +154,7 @@ class ProducerCore:
                 # KIP-360 for a producer without transactions: once nothing is in flight,
                 # take a new producer id so every partition restarts at sequence 0.
                 if self.accumulator.in_flight_count() == 0 and not self.init_in_flight:
-                    txn.state = ProducerState.UNINITIALIZED
+                    txn.reset_producer_id()
                 else:
                     return actions
             if not txn.has_producer_id or txn.state is ProducerState.UNINITIALIZED:

@@ -128,6 +128,14 @@ class TransactionManager:
         """After an abort that left the sequences in doubt (KIP-360)."""
         self._transition(S.INITIALIZING)
 
+    def reset_producer_id(self) -> None:
+        """An idempotent producer whose sequences are in doubt starts over with a new
+        producer id (it has no transactional id to bump the epoch of)."""
+        if self.transactional:
+            raise IllegalStateError("a transactional producer bumps its epoch instead")
+        self.state = S.UNINITIALIZED
+        self.producer_id = self.producer_epoch = -1
+
     def complete_init(self, producer_id: int, producer_epoch: int) -> None:
         self._transition(S.READY)
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
