@@ -310,6 +310,10 @@ def main() -> int:
         # Every round runs every mode once, so load from outside this benchmark falls on
         # all of them alike; each mode's figure is its median round.
         results = [[run(cluster, seconds) for run in runs] for _ in range(rounds)]
+    except BaseException:
+        log = (cluster.dir / "services.log").read_text(errors="replace")
+        print("--- services.log (tail) ---\n" + log[-4000:], file=sys.stderr)
+        raise
     finally:
         cluster.stop()
     raw, idem, t10, t100, t1000, aidem, atxn = (
