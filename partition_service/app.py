@@ -43,6 +43,7 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
         log_config=LogConfig(
             segment_bytes=settings.segment_bytes,
             index_interval_bytes=settings.index_interval_bytes,
+            producer_expiration_ms=settings.producer_expiration_ms,
         ),
         fsync=settings.fsync,
         checkpoint_interval_ms=settings.checkpoint_interval_ms,

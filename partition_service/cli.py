@@ -53,6 +53,9 @@ def register(app: typer.Typer) -> None:
         checkpoint_interval_ms: Annotated[
             int, typer.Option(envvar="EOS_CHECKPOINT_INTERVAL_MS")
         ] = 5000,
+        producer_expiration_ms: Annotated[
+            int, typer.Option(envvar="EOS_PRODUCER_EXPIRATION_MS")
+        ] = 86_400_000,
         max_record_bytes: Annotated[int, typer.Option(envvar="EOS_MAX_RECORD_BYTES")] = 1 << 20,
         max_request_bytes: Annotated[int, typer.Option(envvar="EOS_MAX_REQUEST_BYTES")] = 64 << 20,
         group_offset_partitions: Annotated[
@@ -73,6 +76,7 @@ def register(app: typer.Typer) -> None:
             segment_bytes=segment_bytes,
             index_interval_bytes=index_interval_bytes,
             checkpoint_interval_ms=checkpoint_interval_ms,
+            producer_expiration_ms=producer_expiration_ms,
             max_record_bytes=max_record_bytes,
             max_request_bytes=max_request_bytes,
             group_offset_partitions=group_offset_partitions,

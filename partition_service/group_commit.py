@@ -99,6 +99,7 @@ class GroupCommitter:
             return None
         if time.monotonic() - self._last_checkpoint_at < self.checkpoint_interval_s:
             return None
+        self.engine.expire_producers(int(time.time() * 1000))
         return self.engine.capture_checkpoint()
 
     def _write_checkpoint(self, checkpoint: Checkpoint) -> None:

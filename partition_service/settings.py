@@ -32,6 +32,9 @@ class NodeSettings(BaseSettings):
     segment_bytes: int = Field(default=64 * 1024 * 1024, ge=4096, le=1024**3)
     index_interval_bytes: int = Field(default=4096, ge=64)
     checkpoint_interval_ms: int = Field(default=5000, ge=10)
+    producer_expiration_ms: int = Field(
+        default=86_400_000, ge=1000, description="Forget producers idle this long."
+    )
     max_record_bytes: int = Field(default=1024 * 1024, ge=1)
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     group_offset_partitions: int = Field(default=50, ge=1, le=1000)

@@ -31,6 +31,8 @@ CHECKPOINT_VERSION = 1
 class LogConfig:
     segment_bytes: int = 64 * 1024 * 1024
     index_interval_bytes: int = 4096
+    # Kafka's producer.id.expiration.ms: idle producers with nothing open are forgotten
+    producer_expiration_ms: int = 86_400_000
 
 
 @dataclass(frozen=True)

@@ -289,3 +289,18 @@ def test_marker_for_unknown_producer_fences_a_late_first_batch(tmp_path: Path) -
     reopened = open_engine(tmp_path / "p")
     with pytest.raises(errors.ProducerFencedError):
         produce(reopened, ["late"], pid=4, epoch=0, seq=0, txn=True)
+
+
+def test_idle_producers_expire_but_open_transactions_stay(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=8192, index_interval_bytes=256, producer_expiration_ms=1000)
+    engine = open_engine(tmp_path / "p", config)
+    produce(engine, ["idle"], pid=1, epoch=0, seq=0)
+    produce(engine, ["open"], pid=2, epoch=0, seq=0, txn=True)
+    assert engine.expire_producers(NOW + 500) == []
+    assert engine.expire_producers(NOW + 5000) == [1]
+    assert set(engine.producers.producers) == {2}
+    with pytest.raises(errors.UnknownProducerIdError):  # its next batch is no longer known
+        produce(engine, ["again"], pid=1, epoch=0, seq=1)
+    engine.write_checkpoint(engine.capture_checkpoint())
+    engine.close()
+    assert set(open_engine(tmp_path / "p", config).producers.producers) == {2}
