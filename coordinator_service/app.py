@@ -29,6 +29,7 @@ from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.producer_ids import ProducerIdManager
 from coordinator_service.services import Services
 from coordinator_service.settings import CoordinatorSettings
+from coordinator_service.transactions.batcher import WriteBatcher
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
 from coordinator_service.transactions.store import TransactionStore
 from sdk.protocol.server import install_error_handlers
@@ -74,6 +75,7 @@ def create_app(
         md.cluster_id = cluster_id
         await md.refresh()
         store = TransactionStore(db.dialect)
+        writer = WriteBatcher(db, store, leases_clock)
         pids = ProducerIdManager(
             db, owner=settings.instance_id, block_size=settings.producer_id_block_size,
             clock=txn_clock,
@@ -84,7 +86,7 @@ def create_app(
             batch_partitions=settings.marker_batch_partitions,
         )
         coordinator = TransactionCoordinator(
-            db=db, store=store, markers=markers, producer_ids=pids, metadata=md,
+            db=db, store=store, writer=writer, markers=markers, producer_ids=pids, metadata=md,
             metrics=metrics, clock=txn_clock, lease_clock=leases_clock,
             log_partitions=settings.txn_log_partitions,
             max_timeout_ms=settings.max_transaction_timeout_ms,
@@ -105,8 +107,9 @@ def create_app(
             settings=settings, clock=txn_clock, lease_clock=leases_clock, db=db, store=store,
             http=http, metadata=md, producer_ids=pids, markers=markers,
             coordinator=coordinator, leases=leases, expiry=expiry, metrics=metrics,
-            node_id=node_id,
+            node_id=node_id, writer=writer,
         )
+        writer.start()
         markers.start(coordinator.complete_jobs)
         tasks: list[asyncio.Task[None]] = []
         try:
@@ -128,6 +131,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await markers.stop()
+            await writer.stop()
             with contextlib.suppress(Exception):
                 await leases.release_all()
             await http.aclose()

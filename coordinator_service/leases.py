@@ -11,6 +11,11 @@ another has taken over.
 
 On a clean shutdown an instance releases its leases (expiry set to 0) so a survivor takes
 over at its next round instead of after the lease time.
+
+The manager also remembers, by its own lease clock, until when each lease is certainly
+still this instance's (``live_token``): the expiry it last wrote, less a safety margin for
+clock skew between instances. Reads served from memory instead of the database (KIP-890's
+verification) rely on that; writes never do, they are fenced in SQL.
 """
 
 from __future__ import annotations
@@ -91,6 +96,9 @@ class LeaseManager:
         self._on_acquired = on_acquired
         self._on_lost = on_lost
         self.owned: dict[int, int] = {}
+        # log partition -> lease-clock time until which the lease is certainly ours
+        self._valid_until: dict[int, int] = {}
+        self._margin_ms = lease_ms // 4
         self.loading: set[int] = set()
         self.ready = False
         self._round_lock = asyncio.Lock()
@@ -102,6 +110,22 @@ class LeaseManager:
         if epoch is None:
             return None
         return LeaseToken(log_partition, self.instance_id, epoch)
+
+    def live_token(self, log_partition: int) -> LeaseToken | None:
+        """The token of a lease that cannot have passed to another instance yet.
+
+        ``None`` once the local lease clock reaches the expiry this instance last wrote,
+        less a quarter of the lease time for clock skew; a renewal every third of the
+        lease time keeps a healthy lease well inside that window. Callers fall back to the
+        database when this gives ``None``.
+        """
+        token = self.token(log_partition)
+        if token is None:
+            return None
+        until = self._valid_until.get(log_partition, 0)
+        if self._clock.now_ms() >= until - self._margin_ms:
+            return None
+        return token
 
     async def require(self, log_partition: int) -> LeaseToken:
         """The lease for a request on this partition, or the retriable error to answer."""
@@ -128,6 +152,7 @@ class LeaseManager:
     # --- the renew / acquire round -------------------------------------------------------
 
     def _renew(self, conn: Connection, owned: dict[int, int], now: int) -> list[int]:
+        """Extend the leases still ours; the partitions whose row moved on."""
         lost: list[int] = []
         for p, epoch in owned.items():
             result = conn.execute(
@@ -175,7 +200,11 @@ class LeaseManager:
         """Renew what we own, drop what we lost, take what is free and load it."""
         async with self._round_lock:
             now = self._clock.now_ms()
-            lost = await self._db.run(self._renew, dict(self.owned), now)
+            renewing = dict(self.owned)
+            lost = await self._db.run(self._renew, renewing, now)
+            for p in renewing:
+                if p not in lost and self.owned.get(p) == renewing[p]:
+                    self._valid_until[p] = now + self._lease_ms
             for p in lost:
                 await self.drop(p)
             taken = await self._db.run(self._acquire, now)
@@ -184,12 +213,14 @@ class LeaseManager:
                 try:
                     await self._on_acquired(LeaseToken(p, self.instance_id, epoch))
                     self.owned[p] = epoch
+                    self._valid_until[p] = now + self._lease_ms
                     log.info("took transaction log partition %d at coordinator epoch %d", p, epoch)
                 finally:
                     self.loading.discard(p)
 
     async def drop(self, log_partition: int) -> None:
         """Forget a partition whose lease has moved on (found by renewal or a failed write)."""
+        self._valid_until.pop(log_partition, None)
         if self.owned.pop(log_partition, None) is not None:
             log.warning("lost transaction log partition %d", log_partition)
             await self._on_lost(log_partition)
@@ -210,6 +241,7 @@ class LeaseManager:
     async def release_all(self) -> None:
         owned = dict(self.owned)
         self.owned.clear()
+        self._valid_until.clear()
 
         def release(conn: Connection) -> None:
             for p, epoch in owned.items():

@@ -15,6 +15,7 @@ from coordinator_service.metadata import Metadata
 from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.producer_ids import ProducerIdManager
 from coordinator_service.settings import CoordinatorSettings
+from coordinator_service.transactions.batcher import WriteBatcher
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
 from coordinator_service.transactions.store import TransactionStore
 
@@ -35,3 +36,4 @@ class Services:
     expiry: ExpiryScanner
     metrics: CoordinatorMetrics
     node_id: int
+    writer: WriteBatcher

@@ -4,6 +4,12 @@
 node opens a transaction for a producer on a partition it asks whether that partition was
 added. Every add-partitions is durable before it is acknowledged, so any instance can answer
 straight from the database, with no routing to the owner.
+
+The owner of the producer's transaction-log partition answers from memory instead: its
+cached records are exactly the rows (cached only after they are durable, and nobody else
+may write them while its lease holds). It does so only while its lease is certainly live
+by its own lease clock; otherwise, and for producers it does not cache, it reads the
+database as any other instance would.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ def build_router(internal_token: str | None) -> APIRouter:
     async def producer_transaction(
         services: ServicesDep, producer_id: int = Path(ge=0)
     ) -> ProducerTransactionView:
-        rec = await services.db.run(services.store.find_by_producer, producer_id)
+        rec = services.coordinator.cached_producer(producer_id)
+        if rec is None:
+            rec = await services.db.run(services.store.find_by_producer, producer_id)
         if rec is None:
             raise UnknownProducerIdError(f"no transactional id has producer id {producer_id}")
         return ProducerTransactionView(

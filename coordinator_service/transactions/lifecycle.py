@@ -28,6 +28,7 @@ from coordinator_service.metadata import Metadata
 from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.producer_ids import ProducerIdManager
 from coordinator_service.transactions import state as st
+from coordinator_service.transactions.batcher import WriteBatcher
 from coordinator_service.transactions.state import TopicPartitionKey, TxnRecord
 from coordinator_service.transactions.store import LeaseToken, TransactionStore
 from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC
@@ -63,6 +64,7 @@ class TransactionCoordinator:
         *,
         db: Database,
         store: TransactionStore,
+        writer: WriteBatcher,
         markers: MarkerChannel,
         producer_ids: ProducerIdManager,
         metadata: Metadata,
@@ -75,6 +77,7 @@ class TransactionCoordinator:
     ) -> None:
         self._db = db
         self._store = store
+        self._writer = writer
         self.markers = markers
         self._pids = producer_ids
         self._metadata = metadata
@@ -86,6 +89,8 @@ class TransactionCoordinator:
         self._init_wait_s = init_wait_ms / 1000
         self.leases: LeaseManager | None = None  # set by the app once both exist
         self.cache: dict[int, dict[str, TxnRecord]] = {}
+        # producer id -> transactional id of the cached records (KIP-890's verification)
+        self._by_producer: dict[int, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.listeners: list[TransitionListener] = []
 
@@ -116,15 +121,46 @@ class TransactionCoordinator:
         for listener in self.listeners:
             listener(tid, old, new, epoch)
 
+    def _cache_put(self, records: dict[str, TxnRecord], new: TxnRecord) -> None:
+        """Cache a durable record and keep the producer-id index in step with it."""
+        old = records.get(new.transactional_id)
+        if old is not None and old.producer_id != new.producer_id:
+            self._by_producer.pop(old.producer_id, None)
+        records[new.transactional_id] = new
+        self._by_producer[new.producer_id] = new.transactional_id
+
+    def _cache_drop(self, records: dict[str, TxnRecord]) -> None:
+        for rec in records.values():
+            if self._by_producer.get(rec.producer_id) == rec.transactional_id:
+                del self._by_producer[rec.producer_id]
+
     async def _write(self, old: TxnRecord | None, new: TxnRecord, token: LeaseToken) -> None:
         """Make ``new`` durable under ``token``, then cache it (the only path to a change)."""
         new = new.replace(coordinator_epoch=token.coordinator_epoch)
-        now = self._lease_clock.now_ms()
-        write = self._store.insert if old is None else self._store.update
-        if not await self._db.run(write, new, token, now):
+        if not await self._writer.write(new, token, insert=old is None):
             await self._lost(token)
-        self.cache.setdefault(token.log_partition, {})[new.transactional_id] = new
+        self._cache_put(self.cache.setdefault(token.log_partition, {}), new)
         self._emit(new.transactional_id, old.state if old else None, new)
+
+    def cached_producer(self, producer_id: int) -> TxnRecord | None:
+        """The record of ``producer_id`` from memory, if memory is authoritative for it.
+
+        Every cached record was durable before it was cached, and while this instance
+        holds the lease of the record's log partition nobody else can change its row, so
+        the cached record is the row. ``None`` (ask the database) when the producer id is
+        not cached here or the lease may have lapsed by the local lease clock.
+        """
+        assert self.leases is not None
+        tid = self._by_producer.get(producer_id)
+        if tid is None:
+            return None
+        partition = self.partition_of(tid)
+        if self.leases.live_token(partition) is None:
+            return None
+        rec = self.cache.get(partition, {}).get(tid)
+        if rec is None or rec.producer_id != producer_id:
+            return None
+        return rec
 
     async def _lost(self, token: LeaseToken) -> None:
         assert self.leases is not None
@@ -169,13 +205,16 @@ class TransactionCoordinator:
         """Take over a log partition: load its records and resume unfinished markers."""
         records = await self._db.run(self._store.load_partition, token.log_partition)
         await self._metadata.refresh()
-        self.cache[token.log_partition] = {r.transactional_id: r for r in records}
+        cached: dict[str, TxnRecord] = {}
+        for rec in records:
+            self._cache_put(cached, rec)
+        self.cache[token.log_partition] = cached
         for rec in records:
             if rec.state.is_prepare:
                 self._job_for(rec, token)
 
     async def unload(self, log_partition: int) -> None:
-        self.cache.pop(log_partition, None)
+        self._cache_drop(self.cache.pop(log_partition, {}))
         self.markers.abandon(log_partition)
 
     # --- init ----------------------------------------------------------------------------
@@ -376,7 +415,7 @@ class TransactionCoordinator:
             index.append(i)
         if not writes:
             return results
-        oks = await self._db.run(self._store.update_many, writes, self._lease_clock.now_ms())
+        oks = await self._writer.write_many([(new, token, False) for new, token in writes])
         lost: set[int] = set()
         for (new, token), i, ok in zip(writes, index, oks, strict=True):
             if not ok:
@@ -386,7 +425,7 @@ class TransactionCoordinator:
             if records is None:
                 continue
             old = records.get(new.transactional_id)
-            records[new.transactional_id] = new
+            self._cache_put(records, new)
             self._emit(new.transactional_id, old.state if old else None, new)
             results[i] = True
         assert self.leases is not None
@@ -419,6 +458,8 @@ class TransactionCoordinator:
                                       self._lease_clock.now_ms()):
                 await self._lost(token)
             del records[tid]
+            if self._by_producer.get(rec.producer_id) == tid:
+                del self._by_producer[rec.producer_id]
             self._locks.pop(tid, None)
             dead = rec.replace(state=TransactionState.DEAD)
             self._emit(tid, rec.state, dead)
