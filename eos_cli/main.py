@@ -9,6 +9,8 @@ from __future__ import annotations
 import typer
 
 from coordinator_service.cli import register as register_coordinator
+from eos_cli.cluster_commands import register as register_cluster
+from eos_cli.commands import register as register_everyday
 from partition_service.cli import register as register_node
 
 app = typer.Typer(
@@ -17,6 +19,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+register_cluster(app)
+register_everyday(app)
 register_node(app)
 register_coordinator(app)
 

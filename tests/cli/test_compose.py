@@ -1,0 +1,122 @@
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine: the services,
+their start order, health checks, volumes, ports, and that every EOS_ variable they set is
+one the code really reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from coordinator_service.settings import CoordinatorSettings
+from partition_service.settings import NodeSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+COORDINATORS = ["coordinator-1", "coordinator-2"]
+NODES = ["node-1", "node-2", "node-3"]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def env_of(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment", {})
+    assert isinstance(env, dict), "environment must be a mapping"
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def test_services_and_images(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert set(services) == {"postgres", *COORDINATORS, *NODES, "spark-master", "spark-worker"}
+    assert services["postgres"]["image"].startswith("postgres:")
+    for name in [*COORDINATORS, *NODES, "spark-master", "spark-worker"]:
+        assert services[name]["image"] == "eos:latest" and services[name]["build"] == "."
+    for name in COORDINATORS:
+        assert services[name]["command"] == ["eos", "coordinator"]
+    for name in NODES:
+        assert services[name]["command"] == ["eos", "node"]
+    assert "org.apache.spark.deploy.master.Master" in services["spark-master"]["command"]
+    assert "spark://spark-master:7077" in services["spark-worker"]["command"]
+
+
+def test_environment_variables_are_read_by_the_code(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    readers = {**{n: CoordinatorSettings for n in COORDINATORS}, **{n: NodeSettings for n in NODES}}
+    for name, settings in readers.items():
+        env = env_of(services[name])
+        assert env, name
+        for key in env:
+            assert key.startswith("EOS_"), f"{name}: {key}"
+            field = key.removeprefix("EOS_").lower()
+            assert field in settings.model_fields, f"{name} sets {key}, which nothing reads"
+
+
+def test_settings_built_from_the_compose_environment(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services = compose["services"]
+    for key, value in env_of(services["coordinator-1"]).items():
+        monkeypatch.setenv(key, value)
+    coordinator = CoordinatorSettings()
+    assert coordinator.database_url and coordinator.database_url.startswith("postgresql+psycopg")
+    assert coordinator.node_urls == {n: f"http://node-{n}:9091" for n in (1, 2, 3)}
+    assert coordinator.internal_token
+    for key in env_of(services["coordinator-1"]):
+        monkeypatch.delenv(key)
+    for key, value in env_of(services["node-2"]).items():
+        monkeypatch.setenv(key, value)
+    node = NodeSettings()
+    assert (node.node_id, node.port, str(node.data_dir)) == (2, 9091, "/data")
+    assert node.coordinator_url == "http://coordinator-1:8080"
+    assert node.internal_token
+
+
+def test_nodes_list_matches_node_services(compose: dict[str, Any]) -> None:
+    nodes = env_of(compose["services"]["coordinator-1"])["EOS_NODES"]
+    hosts = {entry.split("=", 1)[1].split("//")[1].split(":")[0] for entry in nodes.split(",")}
+    assert hosts == set(NODES)
+
+
+def test_health_checks_start_order_ports_and_volumes(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ["postgres", *COORDINATORS, *NODES, "spark-master"]:
+        test = services[name]["healthcheck"]["test"]
+        assert test[0] == "CMD" and len(test) > 1, name
+    for name in COORDINATORS:
+        assert services[name]["depends_on"]["postgres"]["condition"] == "service_healthy"
+        assert "/readyz" in " ".join(services[name]["healthcheck"]["test"])
+    assert services["coordinator-2"]["depends_on"]["coordinator-1"]["condition"] == (
+        "service_healthy"
+    )
+    published = [p for s in services.values() for p in s.get("ports", [])]
+    host_ports = [p.split(":")[0] for p in published]
+    assert len(host_ports) == len(set(host_ports)), "two services publish the same port"
+    volumes = set(compose["volumes"])
+    for name in NODES:
+        (mount,) = services[name]["volumes"]
+        volume, path = mount.split(":")
+        assert volume in volumes and path == env_of(services[name])["EOS_DATA_DIR"]
+    node_volumes = [services[n]["volumes"][0].split(":")[0] for n in NODES]
+    assert len(set(node_volumes)) == len(NODES), "each node needs its own volume"
+
+
+def test_dockerfile_installs_the_project_and_java() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert text.startswith("#") and "FROM python:3.11" in text
+    assert "openjdk-17" in text and "curl" in text
+    assert "pip install --no-cache-dir '.[spark]'" in text
+    for package in [
+        "sdk",
+        "partition_service",
+        "coordinator_service",
+        "spark_jobs",
+        "migrations",
+        "eos_cli",
+    ]:
+        assert f"COPY {package} ./{package}" in text
