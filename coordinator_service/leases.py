@@ -152,9 +152,13 @@ class LeaseManager:
     # --- the renew / acquire round -------------------------------------------------------
 
     def _renew(self, conn: Connection, owned: dict[int, int], now: int) -> list[int]:
-        """Extend the leases still ours; the partitions whose row moved on."""
+        """Extend the leases still ours; the partitions whose row moved on.
+
+        Rows are taken in ascending order, as every other transaction that locks several
+        lease rows does (acquisition, release, batches of state writes): no deadlocks.
+        """
         lost: list[int] = []
-        for p, epoch in owned.items():
+        for p, epoch in sorted(owned.items()):
             result = conn.execute(
                 leases.update()
                 .where(
@@ -244,7 +248,7 @@ class LeaseManager:
         self._valid_until.clear()
 
         def release(conn: Connection) -> None:
-            for p, epoch in owned.items():
+            for p, epoch in sorted(owned.items()):
                 conn.execute(
                     leases.update()
                     .where(

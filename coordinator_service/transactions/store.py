@@ -196,6 +196,9 @@ class TransactionStore:
     ) -> list[bool]:
         """Fenced inserts (``True``) and updates (``False``) in order, in the caller's
         transaction; for each, False when its lease is no longer ours."""
+        partitions = sorted({token.log_partition for _, token, _ in writes})
+        if self._postgres and len(partitions) > 1:
+            self._lock_leases(conn, partitions)
         oks: list[bool] = []
         run: list[tuple[TxnRecord, LeaseToken]] = []
         for rec, token, insert in writes:
@@ -207,6 +210,23 @@ class TransactionStore:
             oks.append(self.insert(conn, rec, token, now_ms))
         oks.extend(self._update_run(conn, run, now_ms))
         return oks
+
+    @staticmethod
+    def _lock_leases(conn: Connection, partitions: list[int]) -> None:
+        """Share-lock the lease rows of a batch up front, in ascending order.
+
+        Each fenced statement share-locks its lease row; a batch spanning several log
+        partitions would take them in the order of its writes while a renewal (lease
+        manager, also ascending) holds some of them exclusively: a deadlock that
+        PostgreSQL breaks only after ``deadlock_timeout``. Taking them all first, in the
+        renewal's order, leaves no cycle; the fenced statements then find them held.
+        """
+        conn.execute(
+            sa.select(leases.c.log_partition)
+            .where(leases.c.log_partition.in_(partitions))
+            .order_by(leases.c.log_partition)
+            .with_for_update(read=True)
+        )
 
     def _update_run(
         self, conn: Connection, run: list[tuple[TxnRecord, LeaseToken]], now_ms: int
