@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from partition_service.settings import NodeSettings
+from sdk.protocol.logs import UVICORN_LOG_CONFIG, configure_logging
 
 
 def run_node(settings: NodeSettings) -> None:
@@ -16,15 +16,14 @@ def run_node(settings: NodeSettings) -> None:
 
     from partition_service.app import create_app
 
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    configure_logging("node", settings.log_level, settings.log_format)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
+        log_config=UVICORN_LOG_CONFIG,
+        access_log=False,
         timeout_graceful_shutdown=10,
     )
 
@@ -62,6 +61,9 @@ def register(app: typer.Typer) -> None:
             int, typer.Option(envvar="EOS_GROUP_OFFSET_PARTITIONS")
         ] = 50,
         log_level: Annotated[str, typer.Option(envvar="EOS_LOG_LEVEL")] = "info",
+        log_format: Annotated[
+            str, typer.Option(envvar="EOS_LOG_FORMAT", help="json | text")
+        ] = "json",
     ) -> None:
         """Run a storage node: partition logs with idempotent and transactional writes."""
         settings = NodeSettings(
@@ -81,5 +83,6 @@ def register(app: typer.Typer) -> None:
             max_request_bytes=max_request_bytes,
             group_offset_partitions=group_offset_partitions,
             log_level=log_level,
+            log_format=log_format,
         )
         run_node(settings)

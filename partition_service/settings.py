@@ -39,3 +39,4 @@ class NodeSettings(BaseSettings):
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     group_offset_partitions: int = Field(default=50, ge=1, le=1000)
     log_level: str = Field(default="info")
+    log_format: Literal["json", "text"] = Field(default="json", description="json or text")

@@ -7,6 +7,7 @@ request without it is refused before anything is read or written.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
@@ -14,6 +15,7 @@ from fastapi.responses import Response
 from partition_service.api.records import PartitionPath, TopicPath, json_response
 from partition_service.context import Node
 from sdk.protocol.errors import EosError
+from sdk.protocol.logs import txn_fields
 from sdk.protocol.node import (
     CreatePartitionResponse,
     ListPartitionsResponse,
@@ -21,6 +23,8 @@ from sdk.protocol.node import (
     WriteMarkersResponse,
 )
 from sdk.protocol.server import error_responses
+
+log = logging.getLogger("eos.node.markers")
 
 
 async def require_internal_token(request: Request) -> None:
@@ -62,6 +66,9 @@ async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
             jobs.append((marker.producer_id, tp.topic, tp.partition, job))
             node.metrics.markers.labels(marker.result.value).inc()
     results = []
+    epochs = {
+        m.producer_id: (m.producer_epoch, m.coordinator_epoch, m.result.value) for m in body.markers
+    }
     for producer_id, topic, partition, job in jobs:
         error: str | None = None
         if isinstance(job, EosError):
@@ -71,6 +78,26 @@ async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
                 await job
             except EosError as exc:
                 error = exc.code
+        epoch, coordinator_epoch, result = epochs[producer_id]
+        log.log(
+            logging.WARNING if error else logging.DEBUG,
+            "marker %s for producer %d on %s-%d: %s",
+            result,
+            producer_id,
+            topic,
+            partition,
+            error or "written",
+            extra=txn_fields(
+                None,
+                producer_id,
+                epoch,
+                topic=topic,
+                partition=partition,
+                coordinator_epoch=coordinator_epoch,
+                result=result,
+                error=error,
+            ),
+        )
         results.append(
             {"producer_id": producer_id, "topic": topic, "partition": partition, "error": error}
         )
