@@ -18,7 +18,7 @@ import anyio
 import httpx
 from fastapi import FastAPI
 
-from coordinator_service.api import admin, health, internal, metadata, transactions
+from coordinator_service.api import admin, health, hotpaths, internal, metadata, transactions
 from coordinator_service.clock import Clock, SystemClock
 from coordinator_service.db.engine import Database, make_engine, upgrade
 from coordinator_service.expiry import ExpiryScanner
@@ -149,4 +149,5 @@ def create_app(
     app.include_router(admin.router)
     app.include_router(transactions.router)
     internal.install(app, settings.internal_token)
+    hotpaths.install(app, settings.internal_token)
     return app

@@ -38,9 +38,7 @@ def build_router(internal_token: str | None) -> APIRouter:
     async def producer_transaction(
         services: ServicesDep, producer_id: int = Path(ge=0)
     ) -> ProducerTransactionView:
-        rec = services.coordinator.cached_producer(producer_id)
-        if rec is None:
-            rec = await services.db.run(services.store.find_by_producer, producer_id)
+        rec = await services.coordinator.producer_record(producer_id)
         if rec is None:
             raise UnknownProducerIdError(f"no transactional id has producer id {producer_id}")
         return ProducerTransactionView(

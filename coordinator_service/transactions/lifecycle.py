@@ -162,6 +162,14 @@ class TransactionCoordinator:
             return None
         return rec
 
+    async def producer_record(self, producer_id: int) -> TxnRecord | None:
+        """The record holding ``producer_id``: from memory when authoritative, else the
+        database (any instance can answer KIP-890's verification this way)."""
+        rec = self.cached_producer(producer_id)
+        if rec is None:
+            rec = await self._db.run(self._store.find_by_producer, producer_id)
+        return rec
+
     async def _lost(self, token: LeaseToken) -> None:
         assert self.leases is not None
         await self.leases.drop(token.log_partition)
