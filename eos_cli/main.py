@@ -12,6 +12,7 @@ from coordinator_service.cli import register as register_coordinator
 from eos_cli.cluster_commands import register as register_cluster
 from eos_cli.commands import register as register_everyday
 from partition_service.cli import register as register_node
+from spark_jobs.cli import register as register_spark
 
 app = typer.Typer(
     name="eos",
@@ -23,6 +24,7 @@ register_cluster(app)
 register_everyday(app)
 register_node(app)
 register_coordinator(app)
+register_spark(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,260 @@
+"""Low-level transaction calls for a transaction shared by many Spark tasks.
+
+The SDK's ``TransactionalProducer`` owns its transaction from one process: it adds a
+partition when it first sends to it, and numbers its own batches. The atomic DataFrame
+write (``spark_jobs.writer``) splits one transaction across processes instead: the driver
+opens it and adds every target partition, and each executor task produces the batches of
+its partitions under the driver's producer id and epoch, with sequence numbers it derives
+from the records' deterministic order. Neither half fits the SDK's producer, so this module
+makes those wire calls itself (DESIGN.md §4) on the SDK's transport, retry table, metadata
+cache and request paths, so the retry rules stay the SDK's:
+
+* ``TransactionSession`` (driver): init, add partitions, add offsets plus TxnOffsetCommit,
+  commit and abort of one transactional id.
+* ``SequencedPartitionWriter`` (executor): ``describe`` the producer's last sequence on a
+  partition and ``produce`` one batch with a given producer id, epoch and base sequence.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sdk._config import RetryConfig
+from sdk._metadata import (
+    MetadataCache,
+    find_coordinator_params,
+    group_path,
+    records_path,
+    topic_path,
+    txn_path,
+)
+from sdk._transport import (
+    POLICIES,
+    UNKNOWN_OUTCOME,
+    Req,
+    SyncTransport,
+    Verdict,
+    backoff_s,
+    classify,
+)
+from sdk._types import TopicPartition
+from sdk.protocol.coordinator import AddPartitionsResponse, ProducerIdResponse
+from sdk.protocol.errors import error_for
+from sdk.protocol.node import DescribeProducersResponse, ProduceResponse
+
+#: How long one logical call may keep retrying (seconds).
+CALL_TIMEOUT_S = 60.0
+
+#: No batch of this producer on the partition yet (its next sequence is 0).
+NO_SEQUENCE = -1
+
+
+@dataclass(frozen=True)
+class ProducerIdentity:
+    """The producer id and epoch every batch of a shared transaction carries."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+class _Client:
+    """A transport and a metadata cache: what both halves need to find their targets."""
+
+    def __init__(self, bootstrap_url: str, retry: RetryConfig | None) -> None:
+        self.metadata = MetadataCache(bootstrap_url)
+        self.http = SyncTransport(retry or RetryConfig())
+
+    def bootstrap(self) -> str:
+        return self.metadata.bootstrap_url
+
+    def leader(self, tp: TopicPartition) -> str:
+        url = self.metadata.leader(tp)
+        if url is None:
+            body = self.http.call(
+                Req.TOPIC, "GET", topic_path(tp.topic), base=self.bootstrap,
+                timeout_s=CALL_TIMEOUT_S,
+            )
+            self.metadata.update_topic(body)
+            url = self.metadata.leader(tp)
+            assert url is not None
+        return url
+
+    def close(self) -> None:
+        self.http.close()
+
+
+class TransactionSession(_Client):
+    """One transactional id's transaction, driven by hand (the driver's half).
+
+    Every ``init`` bumps the epoch: a write starts with one, so that its tasks can number
+    their batches from 0 on every partition (the node keeps sequences per producer and
+    partition across the transactions of one epoch), and so that any task of an earlier
+    write that is still running is fenced.
+    """
+
+    def __init__(
+        self,
+        bootstrap_url: str,
+        transactional_id: str,
+        *,
+        transaction_timeout_ms: int = 60_000,
+        retry: RetryConfig | None = None,
+    ) -> None:
+        super().__init__(bootstrap_url, retry)
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.identity: ProducerIdentity | None = None
+
+    def _coordinator(self) -> str:
+        url = self.metadata.txn_coordinator
+        if url is None:
+            body = self.http.call(
+                Req.FIND_COORDINATOR, "GET", "/v1/coordinators", base=self.bootstrap,
+                params=find_coordinator_params(self.transactional_id, "transaction"),
+                timeout_s=CALL_TIMEOUT_S,
+            )
+            url = self.metadata.txn_coordinator = str(body["url"]).rstrip("/")
+        return url
+
+    def _call(self, req: Req, action: str, body: dict[str, Any]) -> Any:
+        return self.http.call(
+            req, "POST", txn_path(self.transactional_id, action), base=self._coordinator,
+            json=body, timeout_s=CALL_TIMEOUT_S,
+            invalidate=self.metadata.invalidate_txn_coordinator,
+        )
+
+    def _id_body(self) -> dict[str, Any]:
+        if self.identity is None:
+            raise RuntimeError("init() first")
+        return {
+            "producer_id": self.identity.producer_id,
+            "producer_epoch": self.identity.producer_epoch,
+        }
+
+    def init(self) -> ProducerIdentity:
+        """A new epoch for this transactional id; aborts whatever it left open."""
+        body = self._call(
+            Req.INIT_TRANSACTIONS, "init",
+            {"transaction_timeout_ms": self.transaction_timeout_ms},
+        )
+        answer = ProducerIdResponse.model_validate(body)
+        self.identity = ProducerIdentity(answer.producer_id, answer.producer_epoch)
+        return self.identity
+
+    def add_partitions(self, partitions: Sequence[TopicPartition]) -> None:
+        """Add the partitions the tasks will write (KIP-890: the node checks this)."""
+        if not partitions:
+            return
+        body = self._call(
+            Req.ADD_PARTITIONS, "partitions",
+            {
+                **self._id_body(),
+                "partitions": [{"topic": t, "partition": p} for t, p in sorted(partitions)],
+            },
+        )
+        for result in AddPartitionsResponse.model_validate(body).partitions:
+            if result.error:
+                raise error_for(result.error, f"adding {result.topic}-{result.partition} failed")
+
+    def add_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` (next offsets to read) for ``group_id`` with this transaction."""
+        if not offsets:
+            return
+        self._call(Req.ADD_OFFSETS, "offsets", {**self._id_body(), "group_id": group_id})
+        node = self.http.call(
+            Req.FIND_COORDINATOR, "GET", "/v1/coordinators", base=self.bootstrap,
+            params=find_coordinator_params(group_id, "group"), timeout_s=CALL_TIMEOUT_S,
+        )
+        url = str(node["url"]).rstrip("/")
+        self.http.call(
+            Req.TXN_OFFSET_COMMIT, "POST", group_path(group_id, "txn-offsets"),
+            base=lambda: url,
+            json={
+                "transactional_id": self.transactional_id,
+                **self._id_body(),
+                "offsets": [
+                    {"topic": tp.topic, "partition": tp.partition, "offset": offset}
+                    for tp, offset in sorted(offsets.items())
+                ],
+            },
+            timeout_s=CALL_TIMEOUT_S,
+        )
+
+    def commit(self) -> None:
+        self._call(Req.END_TXN, "commit", self._id_body())
+
+    def abort(self) -> None:
+        self._call(Req.END_TXN, "abort", self._id_body())
+
+
+class SequencedPartitionWriter(_Client):
+    """Produces batches with sequence numbers chosen by the caller (the tasks' half).
+
+    A task that owns a target partition numbers its records 0, 1, 2, … in their sorted
+    order and cuts them into batches the same way on every attempt, so a batch of a retried
+    or speculative attempt has exactly the sequences, and the records, of the first
+    attempt's batch: the node answers it as a duplicate. The node only remembers the last
+    five batches of a producer, so an attempt first asks how far the partition got
+    (``last_sequence``) and skips the batches already written.
+    """
+
+    def __init__(
+        self, bootstrap_url: str, identity: ProducerIdentity, retry: RetryConfig | None = None
+    ) -> None:
+        super().__init__(bootstrap_url, retry)
+        self.identity = identity
+
+    def last_sequence(self, tp: TopicPartition) -> int:
+        """The last sequence this producer (at this epoch) wrote to ``tp``, or -1."""
+        body = self.http.call(
+            Req.DESCRIBE_PRODUCERS, "GET",
+            f"/v1/partitions/{tp.topic}/{tp.partition}/producers",
+            base=lambda: self.leader(tp), timeout_s=CALL_TIMEOUT_S,
+            invalidate=lambda _exc: self.metadata.invalidate_topic(tp.topic),
+        )
+        for entry in DescribeProducersResponse.model_validate(body).producers:
+            if entry.producer_id == self.identity.producer_id:
+                if entry.producer_epoch != self.identity.producer_epoch:
+                    return NO_SEQUENCE
+                return entry.last_sequence
+        return NO_SEQUENCE
+
+    def produce(
+        self, tp: TopicPartition, base_sequence: int, records: Sequence[dict[str, Any]]
+    ) -> ProduceResponse:
+        """One transactional batch at ``base_sequence`` (records shaped as the wire's
+        ``RecordIn``); a duplicate is a success. Produce requests are not retried by the
+        transport (the SDK's sender reschedules them), so the retry loop is here, on the
+        same verdicts: a resend keeps its sequence, so it can only ever be a duplicate."""
+        body = {
+            "producer_id": self.identity.producer_id,
+            "producer_epoch": self.identity.producer_epoch,
+            "base_sequence": base_sequence,
+            "transactional": True,
+            "records": records,
+        }
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                answer = self.http.send_once("POST", self.leader(tp) + records_path(tp), json=body)
+                return ProduceResponse.model_validate(answer)
+            except Exception as exc:
+                verdict = classify(POLICIES[Req.PRODUCE], exc)
+                if verdict is Verdict.FAIL or time.monotonic() >= deadline:
+                    raise
+                if verdict is Verdict.REFIND or isinstance(exc, UNKNOWN_OUTCOME):
+                    self.metadata.invalidate_topic(tp.topic)
+                time.sleep(backoff_s(exc, attempt, self.http.retry))
+
+    def partition_count(self, topic: str) -> int:
+        count = self.metadata.partition_count(topic)
+        if count is None:
+            self.leader(TopicPartition(topic, 0))
+            count = self.metadata.partition_count(topic)
+            assert count is not None
+        return count

@@ -1,0 +1,1 @@
+"""Sample pipelines shipped with the Spark jobs."""
