@@ -1,0 +1,52 @@
+"""Fixtures of the Spark tests: one real cluster per session (a coordinator on SQLite and
+two storage nodes verifying transactional batches with it, as in the SDK tests), and one
+local SparkSession per test module.
+
+The session's master is ``local[2,4]``: two task slots, and a task may fail three times
+before its job fails, so a planted fault on a first attempt is retried, as on a cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.sdk.cluster import Cluster, start_cluster
+
+pyspark = pytest.importorskip("pyspark")
+
+SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "2",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.python.worker.reuse": "true",
+}
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root: Path = tmp_path_factory.mktemp("eos-spark-cluster")
+    started = start_cluster(root)
+    yield started
+    started.stop()
+
+
+def make_spark(**extra: str) -> Any:
+    from spark_jobs.eos_pipeline import build_session
+
+    spark = build_session("local[2,4]", "eos-spark-tests", **{**SPARK_CONF, **extra})
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = make_spark()
+    yield session
+    session.stop()
