@@ -26,6 +26,7 @@ from coordinator_service.leases import LeaseManager
 from coordinator_service.markers import MarkerChannel
 from coordinator_service.metadata import Metadata, bootstrap
 from coordinator_service.metrics import CoordinatorMetrics
+from coordinator_service.node_link import node_link
 from coordinator_service.producer_ids import ProducerIdManager
 from coordinator_service.services import Services
 from coordinator_service.settings import CoordinatorSettings
@@ -80,8 +81,12 @@ def create_app(
             db, owner=settings.instance_id, block_size=settings.producer_id_block_size,
             clock=txn_clock,
         )
+        link = node_link(
+            http, transport_injected=node_transport is not None,
+            timeout_s=settings.node_timeout_ms / 1000,
+        )
         markers = MarkerChannel(
-            nodes=nodes, client=http, internal_token=settings.internal_token, clock=txn_clock,
+            nodes=nodes, link=link, internal_token=settings.internal_token, clock=txn_clock,
             backoff_max_ms=settings.marker_backoff_max_ms,
             batch_partitions=settings.marker_batch_partitions,
         )
@@ -134,6 +139,7 @@ def create_app(
             await writer.stop()
             with contextlib.suppress(Exception):
                 await leases.release_all()
+            await link.close()
             await http.aclose()
             db.dispose()
 

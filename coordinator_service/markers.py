@@ -3,7 +3,7 @@
 After a Prepare* record is durable the coordinator hands the channel a ``MarkerJob``: the
 partitions of the transaction grouped by the node that leads them. Each node has its own
 sender task, which sends everything pending for that node in one ``POST
-/internal/v1/markers`` and retries with tenacity's exponential backoff with jitter while the
+/internal/v1/markers`` (over a ``node_link.NodeLink``: keep-alive HTTP/1.1) and retries with tenacity's exponential backoff with jitter while the
 node is unreachable or answers a retriable error — so a node that is down holds back only
 its own partitions. When every partition of a job has acknowledged, the job goes to the
 completion writer, which writes the Complete* records of all jobs that finished together in
@@ -28,6 +28,7 @@ import httpx
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
 from coordinator_service.clock import Clock
+from coordinator_service.node_link import NodeLink
 from coordinator_service.transactions.state import TopicPartitionKey
 from coordinator_service.transactions.store import LeaseToken
 from sdk.protocol.common import TopicPartition
@@ -74,14 +75,14 @@ class MarkerChannel:
         self,
         *,
         nodes: dict[int, str],
-        client: httpx.AsyncClient,
+        link: NodeLink,
         internal_token: str | None,
         clock: Clock,
         backoff_max_ms: int,
         batch_partitions: int,
     ) -> None:
         self._nodes = nodes
-        self._client = client
+        self._link = link
         self._headers = internal_headers(internal_token)
         self._clock = clock
         self._backoff_max_s = backoff_max_ms / 1000
@@ -212,19 +213,19 @@ class MarkerChannel:
         )
         self.sent_batches += 1
         try:
-            response = await self._client.post(
+            status, content = await self._link.post_json(
                 f"{self._nodes[node]}/internal/v1/markers",
-                content=request.model_dump_json(),
-                headers={**self._headers, "content-type": "application/json"},
+                request.model_dump_json().encode(),
+                self._headers,
             )
         except httpx.HTTPError as exc:
             log.info("node %d unreachable for markers: %s", node, exc)
             raise
-        if response.status_code != 200:
-            log.warning("node %d refused markers: %s %s", node, response.status_code,
-                        response.text[:200])
-            raise NodeBusy(f"node {node} answered {response.status_code}")
-        answer = WriteMarkersResponse.model_validate_json(response.content)
+        if status != 200:
+            log.warning("node %d refused markers: %s %s", node, status,
+                        content[:200].decode(errors="replace"))
+            raise NodeBusy(f"node {node} answered {status}")
+        answer = WriteMarkersResponse.model_validate_json(content)
         errors = {(r.producer_id, r.topic, r.partition): r.error for r in answer.results}
         retry = False
         for job, parts in batch:

@@ -88,6 +88,15 @@ FENCED_UPDATE_SQL = str(
 )
 
 
+LOCK_LEASES_SQL = str(
+    sa.select(leases.c.log_partition)
+    .where(leases.c.log_partition == sa.func.any(sa.bindparam("partitions")))
+    .order_by(leases.c.log_partition)
+    .with_for_update(read=True)
+    .compile(dialect=postgresql.psycopg.dialect())  # type: ignore[no-untyped-call]
+)
+
+
 def _fenced_params(rec: TxnRecord, token: LeaseToken, now_ms: int) -> dict[str, Any]:
     params = {f"new_{k}": v for k, v in _values(rec).items()}
     params["key_tid"] = params.pop("new_transactional_id")
@@ -221,12 +230,8 @@ class TransactionStore:
         PostgreSQL breaks only after ``deadlock_timeout``. Taking them all first, in the
         renewal's order, leaves no cycle; the fenced statements then find them held.
         """
-        conn.execute(
-            sa.select(leases.c.log_partition)
-            .where(leases.c.log_partition.in_(partitions))
-            .order_by(leases.c.log_partition)
-            .with_for_update(read=True)
-        )
+        with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+            cur.execute(LOCK_LEASES_SQL, {"partitions": partitions})
 
     def _update_run(
         self, conn: Connection, run: list[tuple[TxnRecord, LeaseToken]], now_ms: int
