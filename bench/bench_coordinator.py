@@ -29,11 +29,14 @@ import uuid
 from pathlib import Path
 
 import httpx
+import orjson
 import psycopg
+import uvloop
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import CLK_TCK, Conn, cpu_seconds  # noqa: E402
 from tests.support.processes import ServiceProcess, free_port  # noqa: E402
 
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
@@ -59,83 +62,151 @@ def pg_stats(dbname: str) -> tuple[int, int]:
     return int(xact[0]) if xact else 0, int(rows[0]) if rows else 0
 
 
+STEPS = ("add", "produce", "commit")
+
+
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine, all cores, from /proc/stat."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle + iowait
+    return (sum(values) - idle) / CLK_TCK, sum(values) / CLK_TCK
+
+
+def postgres_seconds() -> float:
+    """CPU seconds of every PostgreSQL process (server and backends, whoever they serve)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
+                total += cpu_seconds(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
 async def producer(
-    client: httpx.AsyncClient,
-    coord: str,
-    node: str,
     index: int,
+    coord_port: int,
+    node_port: int,
     partitions: int,
     stop_at: float,
     counts: list[int],
     latencies: list[float],
+    steps: dict[str, list[float]],
+    wait_for_markers: bool,
 ) -> None:
-    tid = f"bench-{index}"
-    body = (await client.post(f"{coord}/v1/transactions/{tid}/init", json={})).json()
-    ident = {"producer_id": body["producer_id"], "producer_epoch": body["producer_epoch"]}
-    partition = index % partitions
-    seq = 0
-    while time.monotonic() < stop_at:
-        start = time.monotonic()
-        r = await client.post(
-            f"{coord}/v1/transactions/{tid}/partitions",
-            json={**ident, "partitions": [{"topic": "bench", "partition": partition}]},
+    """One transactional producer: init once, then add partition / produce / commit."""
+    coord, node = await Conn(coord_port).open(), await Conn(node_port).open()
+    try:
+        tid = f"bench-{index}"
+        ident = orjson.loads(
+            (await coord.request("POST", f"/v1/transactions/{tid}/init", b"{}"))[1]
         )
-        if r.status_code == 503:
-            RETRIES[0] += 1
-            await asyncio.sleep(0.005)
-            continue
-        r.raise_for_status()
-        r = await client.post(
-            f"{node}/v1/partitions/bench/{partition}/records",
-            json={
-                **ident,
-                "base_sequence": seq,
-                "transactional": True,
-                "records": [{"key": f"k{seq}", "value": "x" * 100}],
-            },
+        ident = {"producer_id": ident["producer_id"], "producer_epoch": ident["producer_epoch"]}
+        partition = index % partitions
+        add_body = orjson.dumps(
+            {**ident, "partitions": [{"topic": "bench", "partition": partition}]}
         )
-        r.raise_for_status()
-        seq += 1
-        r = await client.post(
-            f"{coord}/v1/transactions/{tid}/commit", json={**ident, "wait_for_markers": True}
-        )
-        r.raise_for_status()
-        assert r.json()["state"] == "CompleteCommit", r.text
-        counts[index] += 1
-        latencies.append(time.monotonic() - start)
+        end_body = orjson.dumps({**ident, "wait_for_markers": wait_for_markers})
+        seq = 0
+        while time.monotonic() < stop_at:
+            t0 = time.monotonic()
+            status, answer = await coord.request(
+                "POST", f"/v1/transactions/{tid}/partitions", add_body
+            )
+            if status == 503:  # the previous transaction's markers are still on their way
+                RETRIES[0] += 1
+                await asyncio.sleep(0.002)
+                continue
+            assert status == 200, answer
+            t1 = time.monotonic()
+            produce = orjson.dumps(
+                {
+                    **ident,
+                    "base_sequence": seq,
+                    "transactional": True,
+                    "records": [{"key": f"k{seq}", "value": "x" * 100}],
+                }
+            )
+            status, answer = await node.request(
+                "POST", f"/v1/partitions/bench/{partition}/records", produce
+            )
+            assert status == 200, answer
+            seq += 1
+            t2 = time.monotonic()
+            status, answer = await coord.request("POST", f"/v1/transactions/{tid}/commit", end_body)
+            assert status == 200, answer
+            t3 = time.monotonic()
+            counts[index] += 1
+            latencies.append(t3 - t0)
+            for name, took in zip(STEPS, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+                steps[name].append(took)
+    finally:
+        await coord.close()
+        await node.close()
 
 
 async def run_producers(
-    coord: str, node: str, producers: int, partitions: int, seconds: float
-) -> tuple[int, float, list[float]]:
-    # One client (and so one small connection pool) per producer, as separate producer
-    # processes would have: a single pool scans all its connections on every request.
-    clients = [httpx.AsyncClient(timeout=60) for _ in range(producers)]
-    try:
-        # warm-up: init every producer and one transaction each
+    coord_port: int,
+    node_port: int,
+    producers: int,
+    partitions: int,
+    seconds: float,
+    wait_for_markers: bool,
+    pids: list[int],
+) -> dict[str, object]:
+    """Warm up for 2 s, then measure ``seconds``; CPU of each process over the window."""
+
+    async def phase(duration: float) -> tuple[list[int], list[float], dict[str, list[float]]]:
         counts = [0] * producers
         latencies: list[float] = []
-        warm = time.monotonic() + 2
+        steps: dict[str, list[float]] = {name: [] for name in STEPS}
+        stop_at = time.monotonic() + duration
         await asyncio.gather(
             *(
-                producer(clients[i], coord, node, i, partitions, warm, counts, latencies)
+                producer(
+                    i,
+                    coord_port,
+                    node_port,
+                    partitions,
+                    stop_at,
+                    counts,
+                    latencies,
+                    steps,
+                    wait_for_markers,
+                )
                 for i in range(producers)
             )
         )
-        counts = [0] * producers
-        latencies = []
-        start = time.monotonic()
-        await asyncio.gather(
-            *(
-                producer(clients[i], coord, node, i, partitions, start + seconds, counts, latencies)
-                for i in range(producers)
-            )
-        )
-        elapsed = time.monotonic() - start
-    finally:
-        for client in clients:
-            await client.aclose()
-    return sum(counts), elapsed, latencies
+        return counts, latencies, steps
+
+    await phase(2.0)
+    cpu0 = [cpu_seconds(pid) for pid in pids]
+    pg0, (busy0, total0) = postgres_seconds(), machine_busy_seconds()
+    mine0, start = time.process_time(), time.monotonic()
+    counts, latencies, steps = await phase(seconds)
+    elapsed = time.monotonic() - start
+    cpu = [(cpu_seconds(pid) - c0) / elapsed for pid, c0 in zip(pids, cpu0, strict=True)]
+    busy1, total1 = machine_busy_seconds()
+    cpu.append((postgres_seconds() - pg0) / elapsed)
+    return {
+        "committed": sum(counts),
+        "elapsed": elapsed,
+        "latencies": latencies,
+        "steps": steps,
+        "cpu": cpu,
+        "client_cpu": (time.process_time() - mine0) / elapsed,
+        "machine_busy": (busy1 - busy0) / max(total1 - total0, 1e-9),
+    }
+
+
+def percentile_ms(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def pg_limit(dbname: str, clients: int, seconds: int) -> tuple[float, str]:
@@ -201,6 +272,12 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=32)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--pg-seconds", type=int, default=10)
+    parser.add_argument(
+        "--wait-for-markers",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="count a transaction once CompleteCommit (default) or once PrepareCommit",
+    )
     args = parser.parse_args()
 
     dbname = f"eos_bench_{uuid.uuid4().hex[:8]}"
@@ -257,25 +334,58 @@ def main() -> None:
         httpx.post(
             f"{coord_url}/v1/topics", json={"name": "bench", "partitions": args.partitions}
         ).raise_for_status()
+        assert node.process is not None and coordinator.process is not None
+        pids = [coordinator.process.pid, node.process.pid]
         xact0, rows0 = pg_stats(dbname)
-        committed, elapsed, latencies = asyncio.run(
-            run_producers(coord_url, node_url, args.producers, args.partitions, args.seconds)
+        result = uvloop.run(
+            run_producers(
+                coord_port,
+                node_port,
+                args.producers,
+                args.partitions,
+                args.seconds,
+                args.wait_for_markers,
+                pids,
+            )
         )
         xact1, rows1 = pg_stats(dbname)
         coordinator.stop()
         node.stop()
+        committed, elapsed = int(result["committed"]), float(result["elapsed"])  # type: ignore[arg-type]
+        latencies: list[float] = result["latencies"]  # type: ignore[assignment]
+        steps: dict[str, list[float]] = result["steps"]  # type: ignore[assignment]
+        cpu: list[float] = result["cpu"]  # type: ignore[assignment]
         rate = committed / elapsed
-        # the stats include the warm-up too: scale by what the measured part committed
         writes_per_txn = 3  # add partitions, PrepareCommit, CompleteCommit
         state_writes = rate * writes_per_txn
-        latencies.sort()
-        p50 = latencies[len(latencies) // 2] * 1000 if latencies else 0.0
-        p99 = latencies[int(len(latencies) * 0.99)] * 1000 if latencies else 0.0
-        print(f"producers={args.producers} partitions={args.partitions} seconds={elapsed:.1f}")
+        print(
+            f"producers={args.producers} partitions={args.partitions} seconds={elapsed:.1f} "
+            f"wait_for_markers={args.wait_for_markers}"
+        )
         print(
             f"committed transactions: {committed} -> {rate:.0f} txn/s "
-            f"(p50 {p50:.1f} ms, p99 {p99:.1f} ms per add+produce+commit)"
+            f"(p50 {percentile_ms(latencies, 0.5):.1f} ms, p99 {percentile_ms(latencies, 0.99):.1f}"
+            " ms per add+produce+commit)"
         )
+        print(
+            "  per step p50/p99 ms: "
+            + ", ".join(
+                f"{name} {percentile_ms(v, 0.5):.1f}/{percentile_ms(v, 0.99):.1f}"
+                for name, v in steps.items()
+            )
+        )
+        print(
+            f"  cpu: coordinator {cpu[0]:.0%}, node {cpu[1]:.0%}, postgres (all) {cpu[2]:.0%}, "
+            f"load generator {float(result['client_cpu']):.0%} "  # type: ignore[arg-type]
+            f"(of one core each; the machine has {os.cpu_count()}, "
+            f"{float(result['machine_busy']):.0%} busy overall incl. other work)"  # type: ignore[arg-type]
+        )
+        if committed:
+            per_txn = ", ".join(
+                f"{name} {1000 * c / rate:.2f}"
+                for name, c in zip(("coordinator", "node", "postgres"), cpu, strict=True)
+            )
+            print(f"  cpu ms per committed transaction: {per_txn}")
         print(
             f"coordinator state writes: {state_writes:.0f}/s "
             f"({writes_per_txn} per transaction; pg_stat over the run incl. warm-up: "
