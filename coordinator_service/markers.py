@@ -3,11 +3,12 @@
 After a Prepare* record is durable the coordinator hands the channel a ``MarkerJob``: the
 partitions of the transaction grouped by the node that leads them. Each node has its own
 sender task, which sends everything pending for that node in one ``POST
-/internal/v1/markers`` (over a ``node_link.NodeLink``: keep-alive HTTP/1.1) and retries with tenacity's exponential backoff with jitter while the
-node is unreachable or answers a retriable error — so a node that is down holds back only
-its own partitions. When every partition of a job has acknowledged, the job goes to the
-completion writer, which writes the Complete* records of all jobs that finished together in
-one database transaction and wakes whoever waits (``wait_for_markers``, ``init``).
+/internal/v1/markers`` (over a ``node_link.NodeLink``: keep-alive HTTP/1.1) and retries
+with tenacity's exponential backoff with jitter while the node is unreachable or answers a
+retriable error — so a node that is down holds back only its own partitions. When every
+partition of a job has acknowledged, the job goes to the completion writer, which writes
+the Complete* records of all jobs that finished together in one database transaction and
+wakes whoever waits (``wait_for_markers``, ``init``).
 
 Per-partition answers: ``null`` is done; ``TRANSACTION_COORDINATOR_FENCED`` means a newer
 coordinator epoch wrote there, so this instance gives the job up (the new owner resumes it);
