@@ -78,7 +78,7 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
     )
     app.state.node = context
     app.state.internal_check = internal_token_checker(settings.internal_token)
-    install_error_handlers(app)
+    install_error_handlers(app, lambda code: context.metrics.errors.labels(code).inc())
     for router in (records.router, groups.router, internal.router, health.router):
         app.include_router(router)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)

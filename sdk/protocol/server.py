@@ -45,11 +45,16 @@ def _envelope(status: int, code: str, message: str, details: Any = None) -> JSON
     return JSONResponse(status_code=status, content={"error": body})
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Route every failure of ``app`` into the error envelope."""
+def install_error_handlers(
+    app: FastAPI, on_error: Callable[[str], None] | None = None
+) -> None:
+    """Route every failure of ``app`` into the error envelope; ``on_error`` is told the
+    code of each contract error answered (for a metric)."""
 
     async def on_eos_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, EosError)
+        if on_error is not None:
+            on_error(exc.code)
         return error_response(exc)
 
     async def on_validation(_request: Request, exc: Exception) -> JSONResponse:

@@ -422,3 +422,15 @@ def test_oversized_bodies_declared_or_streamed_get_413(tmp_path: Path) -> None:
             assert c.get(f"/v1/partitions/{TOPIC}/0/offsets").json()["high_watermark"] == 1
     finally:
         small.stop()
+
+
+def test_error_answers_are_counted(client: httpx.Client) -> None:
+    def count() -> float:
+        for line in client.get("/metrics").text.splitlines():
+            if line.startswith('eos_node_errors_total{code="UNKNOWN_TOPIC_OR_PARTITION"}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    before = count()
+    client.get("/v1/partitions/nowhere/0/offsets")
+    assert count() == before + 1
