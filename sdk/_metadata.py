@@ -22,15 +22,21 @@ class MetadataCache:
     def __init__(self, bootstrap_url: str) -> None:
         self.bootstrap_url = bootstrap_url.rstrip("/")
         self._leaders: dict[str, list[str]] = {}
+        self._stale: set[str] = set()  # leaders to look up again (the count stays valid)
         self.txn_coordinator: str | None = None
         self._group_nodes: dict[str, str] = {}
 
     # --- topics --------------------------------------------------------------------------
 
-    def update_topic(self, body: dict[str, Any]) -> None:
-        """Store a ``TopicInfo`` answer (``GET /v1/topics/{t}`` or ``POST /v1/topics``)."""
+    def update_topic(self, body: dict[str, Any]) -> list[str]:
+        """Store a ``TopicInfo`` answer (``GET /v1/topics/{t}`` or ``POST /v1/topics``);
+        returns the leaders' URLs by partition."""
         parts = sorted(body["partitions"], key=lambda p: int(p["partition"]))
-        self._leaders[str(body["name"])] = [str(p["leader"]["url"]).rstrip("/") for p in parts]
+        name = str(body["name"])
+        leaders = [str(p["leader"]["url"]).rstrip("/") for p in parts]
+        self._leaders[name] = leaders
+        self._stale.discard(name)
+        return leaders
 
     def update_metadata(self, body: dict[str, Any]) -> None:
         for topic in body.get("topics", []):
@@ -41,8 +47,9 @@ class MetadataCache:
         return None if leaders is None else len(leaders)
 
     def leader(self, tp: TopicPartition) -> str | None:
+        """The partition's leader, or None when it must be looked up (again)."""
         leaders = self._leaders.get(tp.topic)
-        if leaders is None:
+        if leaders is None or tp.topic in self._stale:
             return None
         if not 0 <= tp.partition < len(leaders):
             raise UnknownTopicOrPartitionError(
@@ -51,7 +58,10 @@ class MetadataCache:
         return leaders[tp.partition]
 
     def invalidate_topic(self, topic: str) -> None:
-        self._leaders.pop(topic, None)
+        """Look the leaders up again before the next request; a topic's partition count
+        never changes, so it stays known (a send in another thread may be using it)."""
+        if topic in self._leaders:
+            self._stale.add(topic)
 
     # --- coordinators --------------------------------------------------------------------
 

@@ -149,14 +149,16 @@ class ProducerCore:
                 else copy_error(txn.last_error)
             )
             txn.epoch_bump_required = txn.epoch_bump_required or dropped
+        hold_new = False
         if not self.transactional:
             if self.accumulator.sequence_broken and txn.has_producer_id:
                 # KIP-360 for a producer without transactions: once nothing is in flight,
-                # take a new producer id so every partition restarts at sequence 0.
+                # take a new producer id so every partition restarts at sequence 0. Until
+                # then, batches in flight or awaiting a retry are resolved, no new one goes.
                 if self.accumulator.in_flight_count() == 0 and not self.init_in_flight:
                     txn.reset_producer_id()
                 else:
-                    return actions
+                    hold_new = True
             if not txn.has_producer_id or txn.state is ProducerState.UNINITIALIZED:
                 self.accumulator.expire(now)  # records must not wait forever for an id
                 if self.accumulator.has_unsent() and not self.init_in_flight:
@@ -167,8 +169,9 @@ class ProducerCore:
             actions.add_partitions = txn.partitions_to_add()
         if txn.state is ProducerState.INITIALIZING:
             return actions
+        limit = (lambda tp, most: 0) if hold_new else txn.in_flight_limit
         actions.batches, actions.wake_at_ms = self.accumulator.drain(
-            now, txn.in_flight_limit, txn.producer_id, txn.producer_epoch
+            now, limit, txn.producer_id, txn.producer_epoch
         )
         return actions
 

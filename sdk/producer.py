@@ -175,9 +175,7 @@ class _SyncProducerBase:
         try:
             url = self._core.metadata.leader(batch.tp)
             if url is None:
-                self._fetch_topic(batch.tp.topic)
-                url = self._core.metadata.leader(batch.tp)
-                assert url is not None
+                url = self._fetch_topic(batch.tp.topic)[batch.tp.partition]
             body = self._http.send_once(
                 "POST",
                 url + records_path(batch.tp),
@@ -203,7 +201,7 @@ class _SyncProducerBase:
     def _bootstrap(self) -> str:
         return self._core.metadata.bootstrap_url
 
-    def _fetch_topic(self, topic: str) -> None:
+    def _fetch_topic(self, topic: str) -> list[str]:
         body = self._http.call(
             Req.TOPIC,
             "GET",
@@ -211,7 +209,7 @@ class _SyncProducerBase:
             base=self._bootstrap,
             timeout_s=self._config.max_block_ms / 1000,
         )
-        self._core.metadata.update_topic(body)
+        return self._core.metadata.update_topic(body)
 
     def _coordinator(self) -> str:
         url = self._core.metadata.txn_coordinator

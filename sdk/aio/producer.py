@@ -204,9 +204,7 @@ class _AsyncProducerBase:
         try:
             url = self._core.metadata.leader(batch.tp)
             if url is None:
-                await self._fetch_topic(batch.tp.topic)
-                url = self._core.metadata.leader(batch.tp)
-                assert url is not None
+                url = (await self._fetch_topic(batch.tp.topic))[batch.tp.partition]
             body = await self._http.send_once(
                 "POST",
                 url + records_path(batch.tp),
@@ -224,7 +222,7 @@ class _AsyncProducerBase:
     async def _bootstrap(self) -> str:
         return self._core.metadata.bootstrap_url
 
-    async def _fetch_topic(self, topic: str) -> None:
+    async def _fetch_topic(self, topic: str) -> list[str]:
         body = await self._http.call(
             Req.TOPIC,
             "GET",
@@ -232,7 +230,7 @@ class _AsyncProducerBase:
             base=self._bootstrap,
             timeout_s=self._config.max_block_ms / 1000,
         )
-        self._core.metadata.update_topic(body)
+        return self._core.metadata.update_topic(body)
 
     async def _coordinator(self) -> str:
         url = self._core.metadata.txn_coordinator

@@ -212,3 +212,32 @@ def test_partitions_pending_during_an_add_join_its_retry() -> None:
     core.on_add_result(tps, {"partitions": [{"topic": "t", "partition": 0, "error": None},
                                             {"topic": "t", "partition": 1, "error": None}]})
     assert core.txn.partitions == {TP0, TP1} and not core.txn.adding
+
+
+def test_idempotent_producer_resolves_retries_before_taking_a_new_id() -> None:
+    """After a sequence error the producer takes a new id only once nothing is in flight;
+    batches waiting for a retry must still be sent meanwhile (or it would wait forever)."""
+    from concurrent.futures import Future
+
+    from sdk import KafkaStorageError
+    from sdk._config import ProducerConfig
+    from sdk._producer_base import ProducerCore
+
+    core = ProducerCore(ProducerConfig("http://c", linger_ms=0, batch_size=100),
+                        batch_future=Future)
+    core.metadata.update_topic({"name": "t", "partitions": [
+        {"partition": p, "leader": {"node_id": 1, "url": "http://n"}} for p in (0, 1)]})
+    core.on_producer_id({"producer_id": 9, "producer_epoch": 0})
+    for partition in (0, 1):
+        core.append(TopicPartition("t", partition), None, "v", None, None, Future(), False)
+    sent = core.next_actions().batches
+    assert len(sent) == 2
+    broken, retried = sent
+    core.on_produce_error(broken, OutOfOrderSequenceNumberError("gap"))  # at the head
+    core.on_produce_error(retried, KafkaStorageError("disk"))  # will be retried
+    core.append(TopicPartition("t", 0), None, "later", None, None, Future(), False)
+    retried.retry_at_ms = 0
+    actions = core.next_actions()
+    assert actions.batches == [retried] and not actions.init_producer_id
+    core.on_produce_ok(retried, {"base_offset": 0, "log_append_time_ms": 1})
+    assert core.next_actions().init_producer_id  # now the new id, then the new batch

@@ -180,3 +180,22 @@ def test_retries_stop_at_the_deadline(kind: str) -> None:
 
     with pytest.raises(EosTimeoutError):
         call_both(kind, handler, Req.METADATA)
+
+
+def test_a_stale_topic_keeps_its_partition_count() -> None:
+    """A failed produce in one thread marks the leaders stale while a send in another
+    thread is choosing a partition: the count must stay known."""
+    from sdk._metadata import MetadataCache
+    from sdk._types import TopicPartition
+
+    cache = MetadataCache("http://c/")
+    info = {"name": "t", "partitions": [
+        {"partition": 1, "leader": {"node_id": 2, "url": "http://n2/"}},
+        {"partition": 0, "leader": {"node_id": 1, "url": "http://n1"}},
+    ]}
+    assert cache.update_topic(info) == ["http://n1", "http://n2"]
+    cache.invalidate_topic("t")
+    assert cache.partition_count("t") == 2
+    assert cache.leader(TopicPartition("t", 0)) is None  # looked up again before use
+    cache.update_topic(info)
+    assert cache.leader(TopicPartition("t", 1)) == "http://n2"
