@@ -20,7 +20,7 @@ spark_app = typer.Typer(
 )
 
 Bootstrap = Annotated[
-    str, typer.Option("--bootstrap", envvar="EOS_BOOTSTRAP_URL", help="Any coordinator URL.")
+    str, typer.Option("--bootstrap", "-b", envvar="EOS_BOOTSTRAP", help="Any coordinator URL.")
 ]
 
 
