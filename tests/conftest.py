@@ -17,7 +17,8 @@ def node_factory(tmp_path: Path) -> Iterator[type[NodeProcess]]:
 
     class TrackedNode(NodeProcess):
         def start(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            started.append(self)
+            if self not in started:
+                started.append(self)
             return super().start(*args, **kwargs)
 
     yield TrackedNode

@@ -63,8 +63,10 @@ def read_all(client: httpx.Client) -> dict[int, str]:
         offset = body["next_offset"]
 
 
-def test_sigkill_mid_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    node = NodeProcess(tmp_path / "data", extra=["--segment-bytes", "65536"])
+def test_sigkill_mid_load_loses_nothing_acknowledged(
+    tmp_path: Path, node_factory: type[NodeProcess]
+) -> None:
+    node = node_factory(tmp_path / "data", extra=["--segment-bytes", "65536"])
     node.start()
     node.create_partition(TOPIC, 0)
     with node.client() as client:  # a transaction left open across the crash
@@ -132,9 +134,11 @@ def test_sigkill_mid_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_segment_cut_at_random_byte_then_restart(tmp_path: Path, seed: int) -> None:
+def test_segment_cut_at_random_byte_then_restart(
+    tmp_path: Path, seed: int, node_factory: type[NodeProcess]
+) -> None:
     rng = random.Random(seed)
-    node = NodeProcess(tmp_path / "data", extra=["--segment-bytes", "8192"])
+    node = node_factory(tmp_path / "data", extra=["--segment-bytes", "8192"])
     node.start()
     node.create_partition(TOPIC, 0)
     written: list[str] = []
