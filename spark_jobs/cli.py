@@ -77,7 +77,7 @@ def run(
     spark = build_session(master, f"eos-{app_id}", **parse_options(conf or []))
 
     def report(batch: int, outcomes: list[PartitionOutcome]) -> None:
-        typer.echo(f"batch {batch}: {len(outcomes)} partitions committed", err=True)
+        typer.echo(f"batch {batch}: {len(outcomes)} source partition(s) committed", err=True)
 
     try:
         if dataframe:

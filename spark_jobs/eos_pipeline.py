@@ -246,7 +246,10 @@ def run_batch(
 def run_dataframe_batch(
     spark: SparkSession, config: PipelineConfig, transform: DataFrameTransform
 ) -> list[PartitionOutcome] | None:
-    """One batch of the DataFrame-transform job: one atomic write with the offsets."""
+    """One batch of the DataFrame-transform job: one atomic write with the offsets.
+
+    The outcome has a row per source range (offsets only: the records are counted by the
+    write, not per partition) and a last row, topic ``"*"``, with the batch's totals."""
     tid = f"{config.application_id}-{config.source_topic}-df"
     # Settle any write a dead driver left open before planning from the committed offsets.
     fence = TransactionSession(config.bootstrap_url, tid)
