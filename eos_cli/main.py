@@ -11,6 +11,7 @@ import typer
 from coordinator_service.cli import register as register_coordinator
 from eos_cli.cluster_commands import register as register_cluster
 from eos_cli.commands import register as register_everyday
+from eos_cli.demo import register as register_demo
 from partition_service.cli import register as register_node
 from spark_jobs.cli import register as register_spark
 
@@ -21,6 +22,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 register_cluster(app)
+register_demo(app)
 register_everyday(app)
 register_node(app)
 register_coordinator(app)
