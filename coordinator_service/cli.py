@@ -9,13 +9,13 @@ environment; one left out falls back to it, then to the default.
 from __future__ import annotations
 
 import inspect
-import logging
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from coordinator_service.settings import CoordinatorSettings
+from sdk.protocol.logs import UVICORN_LOG_CONFIG, configure_logging
 
 
 def _plain_type(annotation: Any) -> Any:
@@ -54,15 +54,13 @@ def run_coordinator(settings: CoordinatorSettings) -> None:
 
     from coordinator_service.app import create_app
 
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    configure_logging("coordinator", settings.log_level, settings.log_format)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level.lower(),
+        log_config=UVICORN_LOG_CONFIG,
         access_log=False,
         timeout_graceful_shutdown=5,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -64,6 +65,7 @@ class CoordinatorSettings(BaseSettings):
     db_pool_size: int = Field(default=16, ge=1)
     migrate_on_start: bool = Field(default=True, description="Run alembic upgrade on start.")
     log_level: str = Field(default="info")
+    log_format: Literal["json", "text"] = Field(default="json", description="json or text")
 
     @field_validator("nodes")
     @classmethod

@@ -47,6 +47,7 @@ from sdk.protocol.errors import (
     NotCoordinatorError,
     TransactionalIdNotFoundError,
 )
+from sdk.protocol.logs import txn_fields
 from sdk.protocol.node import MarkerResult
 from sdk.protocol.states import Outcome, TransactionState, TxnEvent, decide
 
@@ -112,11 +113,21 @@ class TransactionCoordinator:
 
     def _emit(self, tid: str, old: TransactionState | None, new: TxnRecord) -> None:
         if old is not new.state:
-            self._announce(tid, old, new.state, new.producer_epoch)
+            self._announce(tid, old, new.state, new.producer_epoch, new.producer_id)
 
     def _announce(
-        self, tid: str, old: TransactionState | None, new: TransactionState, epoch: int
+        self,
+        tid: str,
+        old: TransactionState | None,
+        new: TransactionState,
+        epoch: int,
+        producer_id: int,
     ) -> None:
+        log.debug(
+            "%s: %s -> %s", tid, old.value if old else "new", new.value,
+            extra=txn_fields(tid, producer_id, epoch, from_state=old.value if old else None,
+                             to_state=new.value),
+        )
         self._metrics.transition(old, new)
         for listener in self.listeners:
             listener(tid, old, new, epoch)
@@ -299,8 +310,13 @@ class TransactionCoordinator:
     async def _fence(self, rec: TxnRecord, token: LeaseToken) -> MarkerJob:
         """Ongoing -> (PrepareEpochFence) -> PrepareAbort at epoch + 1, markers queued."""
         fenced = st.fence_and_prepare_abort(rec, self._clock.now_ms())
+        log.info(
+            "fencing producer %d of %r: epoch %d is bumped and its transaction aborted",
+            rec.producer_id, rec.transactional_id, rec.producer_epoch,
+            extra=txn_fields(rec.transactional_id, rec.producer_id, rec.producer_epoch),
+        )
         self._announce(rec.transactional_id, rec.state, TransactionState.PREPARE_EPOCH_FENCE,
-                       rec.producer_epoch)
+                       rec.producer_epoch, rec.producer_id)
         await self._write(rec.replace(state=TransactionState.PREPARE_EPOCH_FENCE), fenced, token)
         return self._job_for(fenced, token)
 
@@ -450,7 +466,11 @@ class TransactionCoordinator:
             rec = records.get(tid)
             if rec is None or not st.is_timed_out(rec, now_ms):
                 return False
-            log.info("aborting timed-out transaction of %r (epoch %d)", tid, rec.producer_epoch)
+            log.info(
+                "aborting timed-out transaction of %r (epoch %d)", tid, rec.producer_epoch,
+                extra=txn_fields(tid, rec.producer_id, rec.producer_epoch,
+                                 timeout_ms=rec.timeout_ms),
+            )
             self._metrics.timeouts.inc()
             await self._fence(rec, token)
             return True
