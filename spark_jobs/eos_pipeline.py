@@ -31,6 +31,8 @@ duplicating output under the same faults.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -325,6 +327,10 @@ def build_session(
     if master:
         builder = builder.master(master)
     defaults = {"spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "8"}
+    if master and master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+        # Local executors run on this machine: give them this interpreter (and so the SDK
+        # installed beside it), not whatever ``python3`` is first on the PATH.
+        defaults["spark.pyspark.python"] = sys.executable
     for name, value in {**defaults, **conf}.items():
         builder = builder.config(name, value)
     return builder.getOrCreate()
