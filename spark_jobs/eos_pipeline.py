@@ -329,8 +329,9 @@ def build_session(
     defaults = {"spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "8"}
     if master and master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
         # Local executors run on this machine: give them this interpreter (and so the SDK
-        # installed beside it), not whatever ``python3`` is first on the PATH.
-        defaults["spark.pyspark.python"] = sys.executable
+        # installed beside it), not whatever ``python3`` is first on the PATH. PySpark
+        # reads the variable when the context starts, so the session config is not enough.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     for name, value in {**defaults, **conf}.items():
         builder = builder.config(name, value)
     return builder.getOrCreate()
