@@ -14,11 +14,21 @@ pytestmark = pytest.mark.slow
 
 
 def test_demo_reports_exactly_once_with_a_retried_task() -> None:
-    base = random.randrange(41_000, 49_000, 100)
+    base = random.randrange(10_000, 19_900, 100)  # below the ephemeral port range
     result = subprocess.run(
-        [sys.executable, "-m", "eos_cli.main", "demo", "--events", "1500", "--port-base",
-         str(base)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "eos_cli.main",
+            "demo",
+            "--events",
+            "1500",
+            "--port-base",
+            str(base),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = {line.split("  ")[0].strip(): line for line in result.stdout.splitlines()}

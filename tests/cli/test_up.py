@@ -26,14 +26,19 @@ def port_free(port: int) -> bool:
 
 def free_base() -> int:
     while True:
-        base = random.randrange(20_000, 40_000, 100)
+        base = random.randrange(20_000, 32_000, 100)  # below the ephemeral range
         if all(port_free(base + offset) for offset in (0, 11, 12, 13)):
             return base
 
 
 def eos(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "eos_cli.main", *args], input=stdin,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "eos_cli.main", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 class Up:
@@ -49,8 +54,19 @@ class Up:
     def start(self) -> None:
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "eos_cli.main", "up", "--data-dir", str(self.data_dir),
-                 "--port-base", str(self.base)], stdout=out, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "eos_cli.main",
+                    "up",
+                    "--data-dir",
+                    str(self.data_dir),
+                    "--port-base",
+                    str(self.base),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
 
         def ready() -> bool:
             assert self.process is not None
@@ -81,8 +97,9 @@ def test_up_cli_sdk_restart(up: Up) -> None:
     b = ("--bootstrap", up.bootstrap)
 
     assert eos("topics", "create", "events", "--partitions", "3", *b).returncode == 0
-    produced = eos("produce", "events", "--transactional-id", "cli-loader", *b,
-                   stdin="one\ntwo\nthree\n")
+    produced = eos(
+        "produce", "events", "--transactional-id", "cli-loader", *b, stdin="one\ntwo\nthree\n"
+    )
     assert produced.returncode == 0, produced.stderr
     with TransactionalProducer(up.bootstrap, "sdk-writer") as producer:
         producer.init_transactions()
@@ -120,3 +137,52 @@ def test_up_cli_sdk_restart(up: Up) -> None:
 
         wait_until(everything, timeout=30, what="the records written before the restart")
     assert sorted(seen) == ["four", "one", "three", "two"]
+
+
+def test_several_coordinators_need_postgresql(tmp_path: Path) -> None:
+    refused = eos("up", "--coordinators", "2", "--data-dir", str(tmp_path / "d"))
+    assert refused.returncode == 2
+    assert "PostgreSQL" in refused.stderr
+
+
+def test_up_with_two_coordinators_on_postgresql(tmp_path: Path) -> None:
+    from tests.support.coordinators import temp_database
+
+    base = free_base()
+    with temp_database() as url:
+        log = tmp_path / "up.out"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "eos_cli.main",
+                    "up",
+                    "--data-dir",
+                    str(tmp_path / "d"),
+                    "--port-base",
+                    str(base),
+                    "--coordinators",
+                    "2",
+                    "--nodes",
+                    "2",
+                    "--database-url",
+                    url,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_until(
+                lambda: "cluster ready" in log.read_text(),
+                timeout=90,
+                what="two coordinators and two nodes",
+            )
+            text = log.read_text()
+            assert "coordinator 2" in text and f"127.0.0.1:{base + 1}" in text
+            for port in (base, base + 1):
+                listed = eos("topics", "list", "--bootstrap", f"http://127.0.0.1:{port}")
+                assert listed.returncode == 0 and "__consumer_offsets" in listed.stdout
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 0
