@@ -12,6 +12,7 @@ from coordinator_service.cli import register as register_coordinator
 from eos_cli.cluster_commands import register as register_cluster
 from eos_cli.commands import register as register_everyday
 from eos_cli.demo import register as register_demo
+from eos_cli.openapi_command import register as register_openapi
 from partition_service.cli import register as register_node
 from spark_jobs.cli import register as register_spark
 
@@ -27,6 +28,7 @@ register_everyday(app)
 register_node(app)
 register_coordinator(app)
 register_spark(app)
+register_openapi(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

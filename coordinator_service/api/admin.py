@@ -48,7 +48,15 @@ def describe(rec: TxnRecord) -> TransactionDescription:
 
 
 @router.get(
-    "/v1/transactions", response_model=ListTransactionsResponse, responses=error_responses()
+    "/v1/transactions",
+    operation_id="listTransactions",
+    summary="List transactions (ListTransactions)",
+    description=(
+        "Every transactional id the cluster knows, optionally only those in `state` or "
+        "whose open transaction has run at least `min_duration_ms` (hanging transactions)."
+    ),
+    response_model=ListTransactionsResponse,
+    responses=error_responses(),
 )
 async def list_transactions(
     services: ServicesDep,
@@ -75,6 +83,8 @@ async def list_transactions(
 
 @router.get(
     "/v1/transactions/{tid}",
+    operation_id="describeTransaction",
+    summary="Describe one transactional id (DescribeTransactions)",
     response_model=TransactionDescription,
     responses=error_responses("TRANSACTIONAL_ID_NOT_FOUND"),
 )
@@ -89,6 +99,12 @@ async def describe_transaction(
 
 @router.post(
     "/v1/admin/transactions/{tid}/abort",
+    operation_id="forceAbortTransaction",
+    summary="Force-abort a hanging transaction (KIP-664)",
+    description=(
+        "Aborts the id's open transaction and bumps its epoch, so the producer that "
+        "started it is fenced."
+    ),
     response_model=EndTransactionResponse,
     responses=error_responses(
         "TRANSACTIONAL_ID_NOT_FOUND", "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",

@@ -13,12 +13,20 @@ from sdk.protocol.common import Health
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=Health)
+@router.get(
+    "/healthz", operation_id="health", summary="The process answers", response_model=Health
+)
 async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
+@router.get(
+    "/readyz",
+    operation_id="ready",
+    summary="Leases taken and loaded",
+    response_model=Health,
+    responses={503: {"model": Health, "description": "Still loading its leases."}},
+)
 async def readyz(services: ServicesDep) -> Health | JSONResponse:
     leases = services.leases
     if not leases.ready or leases.loading:
@@ -26,7 +34,13 @@ async def readyz(services: ServicesDep) -> Health | JSONResponse:
     return Health(status="ready")
 
 
-@router.get("/metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    operation_id="metrics",
+    summary="Prometheus metrics (text format)",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
 async def metrics(services: ServicesDep) -> Response:
     services.metrics.refresh(
         open_transactions=services.coordinator.open_transactions(),

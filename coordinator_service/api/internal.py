@@ -32,6 +32,8 @@ def build_router(internal_token: str | None) -> APIRouter:
 
     @router.get(
         "/producers/{producer_id}/transaction",
+        operation_id="getProducerTransaction",
+        summary="A producer's current transaction (KIP-890 verification; nodes only)",
         response_model=ProducerTransactionView,
         responses=error_responses("UNKNOWN_PRODUCER_ID", "UNAUTHENTICATED"),
     )

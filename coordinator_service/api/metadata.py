@@ -25,7 +25,13 @@ from sdk.protocol.server import error_responses
 router = APIRouter(prefix="/v1", tags=["metadata"])
 
 
-@router.get("/metadata", response_model=MetadataResponse, responses=error_responses())
+@router.get(
+    "/metadata",
+    operation_id="getMetadata",
+    summary="Cluster metadata: storage nodes, topics and partition leaders",
+    response_model=MetadataResponse,
+    responses=error_responses(),
+)
 async def get_metadata(services: ServicesDep) -> MetadataResponse:
     md = services.metadata
     return MetadataResponse(
@@ -37,6 +43,9 @@ async def get_metadata(services: ServicesDep) -> MetadataResponse:
 
 @router.post(
     "/topics",
+    operation_id="createTopic",
+    summary="Create a topic",
+    description="Places the partitions on the storage nodes and answers with their leaders.",
     status_code=status.HTTP_201_CREATED,
     response_model=TopicInfo,
     responses=error_responses("TOPIC_ALREADY_EXISTS"),
@@ -47,6 +56,8 @@ async def create_topic(body: CreateTopicRequest, services: ServicesDep) -> Topic
 
 @router.get(
     "/topics/{topic}",
+    operation_id="describeTopic",
+    summary="A topic's partitions and their leaders",
     response_model=TopicInfo,
     responses=error_responses("UNKNOWN_TOPIC_OR_PARTITION"),
 )
@@ -56,6 +67,8 @@ async def get_topic(topic: str, services: ServicesDep) -> TopicInfo:
 
 @router.get(
     "/coordinators",
+    operation_id="findCoordinator",
+    summary="Find the coordinator of a transactional id or a group (FindCoordinator)",
     response_model=FindCoordinatorResponse,
     responses=error_responses("COORDINATOR_NOT_AVAILABLE"),
 )
@@ -84,7 +97,13 @@ async def find_coordinator(
     )
 
 
-@router.post("/producers", response_model=ProducerIdResponse, responses=error_responses())
+@router.post(
+    "/producers",
+    operation_id="allocateProducerId",
+    summary="A producer id for an idempotent producer (no transactional id)",
+    response_model=ProducerIdResponse,
+    responses=error_responses(),
+)
 async def new_producer(_body: Empty, services: ServicesDep) -> ProducerIdResponse:
     """A producer id for an idempotent (non-transactional) producer."""
     return ProducerIdResponse(producer_id=await services.producer_ids.next_id(), producer_epoch=0)

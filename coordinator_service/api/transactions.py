@@ -29,6 +29,15 @@ _PRODUCER = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_M
 
 @router.post(
     "/{tid}/init",
+    operation_id="initTransactions",
+    summary="Register a transactional producer (InitProducerId)",
+    description=(
+        "Gives the transactional id a producer id and a new epoch, fencing any older "
+        "producer with the same id. An Ongoing transaction of the old producer is aborted; "
+        "one still in Prepare* answers CONCURRENT_TRANSACTIONS until it completes. Sending "
+        "the current `producer_id`/`producer_epoch` after a fatal idempotence error bumps "
+        "the epoch and keeps the id (KIP-360)."
+    ),
     response_model=ProducerIdResponse,
     responses=error_responses(
         *_ROUTING, *_PRODUCER, "INVALID_TRANSACTION_TIMEOUT", "CONCURRENT_TRANSACTIONS",
@@ -44,6 +53,13 @@ async def init_transactions(
 
 @router.post(
     "/{tid}/partitions",
+    operation_id="addPartitionsToTxn",
+    summary="Add partitions to the open transaction (AddPartitionsToTxn)",
+    description=(
+        "Must precede the first transactional produce to each partition; the storage node "
+        "verifies it (KIP-890). Starts the transaction when none is open. Each partition "
+        "answers on its own (`error` is null when added)."
+    ),
     response_model=AddPartitionsResponse,
     responses=error_responses(
         *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
@@ -58,6 +74,13 @@ async def add_partitions(
 
 @router.post(
     "/{tid}/offsets",
+    operation_id="addOffsetsToTxn",
+    summary="Add a consumer group's offsets to the transaction (AddOffsetsToTxn)",
+    description=(
+        "Afterwards send the offsets themselves to the group's coordinator node "
+        "(`commitTransactionalOffsets`); they become visible with the transaction's "
+        "COMMIT marker."
+    ),
     response_model=Empty,
     responses=error_responses(
         *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
@@ -82,14 +105,36 @@ async def _end(
 _END_ERRORS = error_responses(*_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE")
 
 
-@router.post("/{tid}/commit", response_model=EndTransactionResponse, responses=_END_ERRORS)
+@router.post(
+    "/{tid}/commit",
+    operation_id="commitTransaction",
+    summary="Commit the open transaction (EndTxn COMMIT)",
+    description=(
+        "Answers once the decision (PrepareCommit) is durable; the markers follow "
+        "asynchronously and are retried until every partition has them. With "
+        "`wait_for_markers: true` the answer waits for CompleteCommit."
+    ),
+    response_model=EndTransactionResponse,
+    responses=_END_ERRORS,
+)
 async def commit_transaction(
     tid: TransactionalIdPath, body: EndTransactionRequest, services: ServicesDep
 ) -> EndTransactionResponse:
     return await _end(tid, body, services, commit=True)
 
 
-@router.post("/{tid}/abort", response_model=EndTransactionResponse, responses=_END_ERRORS)
+@router.post(
+    "/{tid}/abort",
+    operation_id="abortTransaction",
+    summary="Abort the open transaction (EndTxn ABORT)",
+    description=(
+        "Answers once PrepareAbort is durable; read_committed readers never see the "
+        "transaction's records. With `wait_for_markers: true` the answer waits for "
+        "CompleteAbort."
+    ),
+    response_model=EndTransactionResponse,
+    responses=_END_ERRORS,
+)
 async def abort_transaction(
     tid: TransactionalIdPath, body: EndTransactionRequest, services: ServicesDep
 ) -> EndTransactionResponse:

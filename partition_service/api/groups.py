@@ -51,7 +51,7 @@ def _echo(offsets: list[OffsetCommitEntry]) -> Response:
     operation_id="commitGroupOffsets",
     summary="Commit a group's offsets (outside any transaction)",
     response_model=OffsetCommitResponse,
-    responses=error_responses("NOT_COORDINATOR", "KAFKA_STORAGE_ERROR"),
+    responses=error_responses("NOT_COORDINATOR", "KAFKA_STORAGE_ERROR", "MESSAGE_TOO_LARGE"),
 )
 async def commit_offsets(group_id: GroupPath, body: OffsetCommitRequest, node: Node) -> Response:
     target = node.registry.group_coordinator(group_id)
@@ -74,6 +74,7 @@ async def commit_offsets(group_id: GroupPath, body: OffsetCommitRequest, node: N
         "COORDINATOR_NOT_AVAILABLE",
         "CONCURRENT_TRANSACTIONS",
         "KAFKA_STORAGE_ERROR",
+        "MESSAGE_TOO_LARGE",
     ),
 )
 async def commit_txn_offsets(

@@ -8,17 +8,26 @@ from fastapi.responses import Response
 from partition_service.context import Node
 from sdk.protocol.common import Health
 from sdk.protocol.errors import KafkaStorageError
+from sdk.protocol.server import error_responses
 
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/healthz", operation_id="health", response_model=Health)
+@router.get(
+    "/healthz", operation_id="health", summary="The process is up", response_model=Health
+)
 async def healthz() -> Health:
     """The process is up."""
     return Health(status="ok")
 
 
-@router.get("/readyz", operation_id="ready", response_model=Health)
+@router.get(
+    "/readyz",
+    operation_id="ready",
+    summary="Every partition recovered, none with failed storage",
+    response_model=Health,
+    responses=error_responses("KAFKA_STORAGE_ERROR"),
+)
 async def readyz(node: Node) -> Health:
     """Ready once every partition is recovered and none has failed storage."""
     failed = [
@@ -33,7 +42,13 @@ async def readyz(node: Node) -> Health:
     return Health(status="ready")
 
 
-@router.get("/metrics", operation_id="metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    operation_id="metrics",
+    summary="Prometheus metrics (text format)",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
 async def metrics(node: Node) -> Response:
     """Prometheus text format."""
     return Response(node.metrics.render(), media_type="text/plain; version=0.0.4")

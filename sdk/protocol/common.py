@@ -30,15 +30,45 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ValidationProblem(WireModel):
+    """One problem found by schema validation (a 422 answer)."""
+
+    loc: list[str] = Field(description="Where the problem is.", examples=[["body", "records"]])
+    msg: str = Field(description="What is wrong.", examples=["Field required"])
+
+
+class ErrorDetails(BaseModel):
+    """Extra facts some errors carry; other keys may appear and should be ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    coordinator_url: str | None = Field(
+        default=None,
+        description="NOT_COORDINATOR: the URL of the coordinator that owns the id.",
+        examples=["http://127.0.0.1:8080"],
+    )
+    node_id: int | None = Field(
+        default=None, description="NOT_COORDINATOR: the owner's node id.", examples=[1]
+    )
+    problems: list[ValidationProblem] | None = Field(
+        default=None, description="INVALID_REQUEST (422): every schema validation problem."
+    )
+
+
 class ErrorBody(WireModel):
-    code: str = Field(examples=["PRODUCER_FENCED"])
-    message: str
-    retriable: bool
-    details: dict[str, object] | None = None
+    code: str = Field(
+        description="A code of the error catalogue (DESIGN.md §4).", examples=["PRODUCER_FENCED"]
+    )
+    message: str = Field(
+        description="Human-readable; do not parse.",
+        examples=["producer epoch 0 is older than the current epoch 1"],
+    )
+    retriable: bool = Field(description="Whether the same request may succeed later.")
+    details: ErrorDetails | None = None
 
 
 class ErrorEnvelope(WireModel):
-    """Every error answer of every endpoint."""
+    """Every error answer of every endpoint: ``{"error": {"code", "message", "retriable"}}``."""
 
     error: ErrorBody
 
@@ -49,7 +79,7 @@ class TopicPartition(WireModel):
 
 
 class Empty(WireModel):
-    """An empty JSON object."""
+    """An empty JSON object: ``{}``."""
 
 
 class Health(WireModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from sdk.protocol.common import (
     IdString,
@@ -48,6 +48,12 @@ class MetadataResponse(WireModel):
 
 
 class CreateTopicRequest(WireModel):
+    """A new topic and its partition count."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"name": "orders", "partitions": 3}]}
+    )
+
     name: TopicName
     partitions: int = Field(ge=1, le=1000, examples=[3])
 
@@ -60,17 +66,44 @@ class FindCoordinatorResponse(WireModel):
 
 
 class ProducerIdResponse(WireModel):
+    """A producer id and its current epoch."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"producer_id": 1000, "producer_epoch": 0}]}
+    )
+
     producer_id: int
     producer_epoch: int
 
 
 class InitTransactionsRequest(WireModel):
+    """InitProducerId for a transactional id; the producer fields only for KIP-360."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"transaction_timeout_ms": 60000}]}
+    )
+
     transaction_timeout_ms: int = Field(default=DEFAULT_TRANSACTION_TIMEOUT_MS, examples=[60000])
     producer_id: ProducerId | None = None
     producer_epoch: ProducerEpoch | None = None
 
 
 class AddPartitionsRequest(WireModel):
+    """Partitions the transaction will write to."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "producer_id": 1000,
+                    "producer_epoch": 0,
+                    "partitions": [{"topic": "orders", "partition": 0}],
+                }
+            ]
+        },
+    )
+
     producer_id: ProducerId
     producer_epoch: ProducerEpoch
     partitions: list[TopicPartition] = Field(min_length=1)
@@ -83,22 +116,58 @@ class PartitionResult(WireModel):
 
 
 class AddPartitionsResponse(WireModel):
+    """One result per partition asked for."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"partitions": [{"topic": "orders", "partition": 0, "error": None}]}]
+        },
+    )
+
     partitions: list[PartitionResult]
 
 
 class AddOffsetsRequest(WireModel):
+    """The consumer group whose offsets the transaction will commit."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"producer_id": 1000, "producer_epoch": 0, "group_id": "order-enricher"}]
+        },
+    )
+
     producer_id: ProducerId
     producer_epoch: ProducerEpoch
     group_id: IdString
 
 
 class EndTransactionRequest(WireModel):
+    """Commit or abort of the producer's open transaction."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"producer_id": 1000, "producer_epoch": 0, "wait_for_markers": False}]
+        },
+    )
+
     producer_id: ProducerId
     producer_epoch: ProducerEpoch
     wait_for_markers: bool = False
 
 
 class EndTransactionResponse(WireModel):
+    """The transaction's state once the decision is durable."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"transactional_id": "orders-app-1", "state": "PrepareCommit"}]
+        },
+    )
+
     transactional_id: str
     state: TransactionState
 

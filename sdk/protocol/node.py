@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from sdk.protocol.common import (
     IdString,
@@ -44,6 +44,21 @@ class ProduceRequest(WireModel):
     """One batch for one partition. Producer fields make it idempotent; ``transactional``
     makes it part of the producer's open transaction."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "producer_id": 1000,
+                    "producer_epoch": 0,
+                    "base_sequence": 0,
+                    "transactional": True,
+                    "records": [{"key": "order-1", "value": '{"amount": 12}'}],
+                }
+            ]
+        },
+    )
+
     producer_id: ProducerId | None = None
     producer_epoch: ProducerEpoch | None = None
     base_sequence: int | None = Field(default=None, ge=0, le=2**31 - 1)
@@ -53,6 +68,22 @@ class ProduceRequest(WireModel):
 
 
 class ProduceResponse(WireModel):
+    """Offsets of the batch (the first ones it got, when ``duplicate``)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "base_offset": 0,
+                    "last_offset": 0,
+                    "duplicate": False,
+                    "log_append_time_ms": 1700000000000,
+                }
+            ]
+        },
+    )
+
     base_offset: int
     last_offset: int
     duplicate: bool
@@ -69,6 +100,32 @@ class FetchedRecord(WireModel):
 
 
 class FetchResponse(WireModel):
+    """Records from the asked offset on; control records are never returned."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "records": [
+                        {
+                            "offset": 0,
+                            "key": "order-1",
+                            "value": '{"amount": 12}',
+                            "headers": {},
+                            "timestamp_ms": 1700000000000,
+                            "encoding": "utf8",
+                        }
+                    ],
+                    "next_offset": 2,
+                    "high_watermark": 4,
+                    "last_stable_offset": 4,
+                    "log_start_offset": 0,
+                }
+            ]
+        },
+    )
+
     records: list[FetchedRecord]
     next_offset: int = Field(description="Where the next fetch should start (past any gap).")
     high_watermark: int

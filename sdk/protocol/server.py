@@ -45,9 +45,7 @@ def _envelope(status: int, code: str, message: str, details: Any = None) -> JSON
     return JSONResponse(status_code=status, content={"error": body})
 
 
-def install_error_handlers(
-    app: FastAPI, on_error: Callable[[str], None] | None = None
-) -> None:
+def install_error_handlers(app: FastAPI, on_error: Callable[[str], None] | None = None) -> None:
     """Route every failure of ``app`` into the error envelope; ``on_error`` is told the
     code of each contract error answered (for a metric)."""
 
@@ -88,17 +86,43 @@ def install_error_handlers(
 
 
 def error_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses=`` for an operation that may answer with these codes."""
-    by_status: dict[int, list[str]] = {}
-    for code in (*codes, "INVALID_REQUEST"):
-        status = (
-            422 if code == "INVALID_REQUEST" and code not in codes else CATALOGUE[code].http_status
-        )
-        by_status.setdefault(status, []).append(code)
+    """OpenAPI ``responses=`` for an operation that may answer with these codes.
+
+    Each status gets the error envelope as its schema, the codes it may carry in its
+    description and one example per code. Schema validation (422 ``INVALID_REQUEST``) is
+    always listed; ``INVALID_REQUEST`` named here is the contract's own 400.
+    """
+    by_status: dict[int, list[str]] = {422: ["INVALID_REQUEST"]}
+    for code in codes:
+        status = CATALOGUE[code].http_status
+        found = by_status.setdefault(status, [])
+        if code not in found:
+            found.append(code)
     return {
         status: {
             "model": ErrorEnvelope,
-            "description": "Error envelope; code is one of: " + ", ".join(sorted(set(found))),
+            "description": (
+                ("Schema validation failed. " if status == 422 else "")
+                + "Error envelope; code is one of: "
+                + ", ".join(sorted(found))
+            ),
+            "content": {
+                "application/json": {
+                    "examples": {
+                        code: {
+                            "summary": CATALOGUE[code].description,
+                            "value": {
+                                "error": {
+                                    "code": code,
+                                    "message": CATALOGUE[code].description,
+                                    "retriable": CATALOGUE[code].retriable,
+                                }
+                            },
+                        }
+                        for code in sorted(found)
+                    }
+                }
+            },
         }
         for status, found in sorted(by_status.items())
     }
