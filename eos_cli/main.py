@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from coordinator_service.cli import register as register_coordinator
+from eos_cli.bench_command import register as register_bench
 from eos_cli.cluster_commands import register as register_cluster
 from eos_cli.commands import register as register_everyday
 from eos_cli.demo import register as register_demo
@@ -28,6 +29,7 @@ register_everyday(app)
 register_node(app)
 register_coordinator(app)
 register_spark(app)
+register_bench(app)
 register_openapi(app)
 
 

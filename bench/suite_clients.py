@@ -1,0 +1,136 @@
+"""The client-side parts of ``eos bench``, built on ``bench/bench_sdk.py`` and
+``bench/bench_spark.py``:
+
+* the SDK's transactional producer committing every 10 ms, 100 ms and 1 s against the
+  idempotent (non-transactional) producer, with plain httpx batches as the limit: the
+  commit interval is the records-per-transaction axis of the cost growth;
+* the Spark pipeline (``spark_jobs.eos_pipeline``, ``local[2]``) with and without
+  transactions at three source sizes.
+
+Both run in threads or child processes of their own, so they can be called from the
+event loop of the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.bench_sdk import Cluster, Result, run_raw, run_sync
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def result_json(r: Result, base: Result | None) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "records_per_s": round(r.rate),
+        "mb_per_s": round(r.mb_s, 2),
+        "transactions": r.transactions,
+        "commit_ms": round(r.commit_ms, 1),
+        "records_per_txn": round(r.records / r.transactions) if r.transactions else None,
+        "cost_vs_idempotent": None if base is None else round(1 - r.rate / base.rate, 4),
+    }
+
+
+def median(results: list[Result]) -> Result:
+    return sorted(results, key=lambda r: r.rate)[len(results) // 2]
+
+
+def run_sdk(plan: Any, progress: Any) -> dict[str, Any]:
+    """Every SDK figure: rounds of every mode in turn (so outside load falls on all of them
+    alike), each mode's figure its median round."""
+    intervals = plan.commit_intervals_ms
+    cluster = Cluster(fsync=True)
+    try:
+        rounds: list[list[Result]] = []
+        for n in range(plan.sdk_rounds):
+            progress(f"sdk: round {n + 1} of {plan.sdk_rounds}")
+            row = [run_raw(cluster, plan.sdk_s), run_sync(cluster, plan.sdk_s, None)]
+            row += [run_sync(cluster, plan.sdk_s, ms) for ms in intervals]
+            rounds.append(row)
+    except BaseException:
+        log = (cluster.dir / "services.log").read_text(errors="replace")
+        print("--- services.log (tail) ---\n" + log[-4000:], file=sys.stderr)
+        raise
+    finally:
+        cluster.stop()
+    raw, idem, *txns = (median([r[i] for r in rounds]) for i in range(len(rounds[0])))
+    return {
+        "raw_httpx": result_json(raw, None),
+        "idempotent": result_json(idem, None),
+        "transactional": [
+            {"commit_interval_ms": ms, **result_json(t, idem)}
+            for ms, t in zip(intervals, txns, strict=True)
+        ],
+        "rounds": plan.sdk_rounds,
+        "seconds_per_run": plan.sdk_s,
+    }
+
+
+SPARK_SCRIPT = """
+import sys, json, shutil, tempfile
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from bench.bench_spark import start_services, fill, copy
+from sdk import AdminClient
+from spark_jobs.eos_pipeline import build_session
+
+sizes = {sizes!r}
+root = Path(tempfile.mkdtemp(prefix="eos-bench-spark-"))
+url, servers = start_services(root, fsync=True)
+spark = None
+out = []
+try:
+    with AdminClient(url) as admin:
+        admin.create_topic("warmup", 2)
+        for n in sizes:
+            admin.create_topic(f"source-{{n}}", 2)
+    fill(url, "warmup", 10_000, 100)
+    spark = build_session("local[2]", "bench-spark", **{{"spark.ui.enabled": "false"}})
+    spark.sparkContext.setLogLevel("ERROR")
+    for transactional in (False, True):
+        copy(spark, url, "warmup", transactional, 250_000)
+    for n in sizes:
+        rate_in = fill(url, f"source-{{n}}", n, 100)
+        plain = copy(spark, url, f"source-{{n}}", False, 250_000)
+        exact = copy(spark, url, f"source-{{n}}", True, 250_000)
+        out.append({{"records": n, "fill_records_per_s": round(rate_in),
+                    "at_least_once_records_per_s": round(plain),
+                    "exactly_once_records_per_s": round(exact),
+                    "ratio": round(exact / plain, 3)}})
+finally:
+    if spark is not None:
+        spark.stop()
+    for server in reversed(servers):
+        server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def run_spark(plan: Any, progress: Any) -> dict[str, Any]:
+    """The pipeline with and without transactions at each source size, in a child process
+    (Spark's JVM and its Python workers stay out of the suite's process)."""
+    import json
+
+    progress(f"spark: pipeline over {', '.join(f'{n:,}' for n in plan.spark_sizes)} records")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    script = SPARK_SCRIPT.format(root=str(ROOT), sizes=list(plan.spark_sizes))
+    work = Path(tempfile.mkdtemp(prefix="eos-bench-spark-run-"))
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+            timeout=3600,
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return {"runs": json.loads(line[len("RESULT "):])}
+    return {"error": f"exit {done.returncode}: {done.stderr[-1500:]}", "runs": []}

@@ -1,0 +1,271 @@
+"""The output of ``eos bench``: a table (stdout), JSON (``--json``), and the
+``docs/benchmarks.md`` page with its PNG plots (``--docs``).
+
+Works on the plain result dictionary of ``bench.suite.run_suite``; every part may be
+missing or hold only ``{"error": ...}``, and the writer prints what there is.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "benchmarks.md"
+PLOTS = ROOT / "docs" / "benchmarks"
+WIDTH = 104
+
+
+def _ok(res: dict[str, Any], part: str) -> dict[str, Any] | None:
+    value = res.get(part)
+    if not isinstance(value, dict):
+        return None
+    if "error" in value and len(value) <= 2 and not value.get("runs"):
+        return None
+    return value
+
+
+def _pct(value: float | None) -> str:
+    return f"{100 * value:6.1f}%" if value else "    n/a"
+
+
+def write_table(res: dict[str, Any], out: TextIO) -> None:
+    w = out.write
+    m = res.get("machine", {})
+    w(f"\nEOS benchmarks ({res.get('mode', '?')} run, {res.get('started_at', '')})\n")
+    w(f"machine: {m.get('cores')} cores, {m.get('memory_gb')} GB, {m.get('cpu_model', '?')}, "
+      f"disk {m.get('disk', {}).get('device', '?')}\n")
+    w("shared machine: other work runs alongside, figures are noisy (+/- 20% is common)\n")
+    ratios = res.get("ratios", {})
+    w("=" * WIDTH + "\n")
+    w(f"{'figure':<58}{'value':>16}{'p50 ms':>10}{'p99 ms':>10}{'vs limit':>10}\n")
+    w("-" * WIDTH + "\n")
+
+    def row(name: str, value: str, p50: Any = None, p99: Any = None, ratio: Any = None) -> None:
+        a = f"{p50:10.2f}" if isinstance(p50, int | float) else " " * 10
+        b = f"{p99:10.2f}" if isinstance(p99, int | float) else " " * 10
+        r = _pct(ratio) if ratio is not None else ""
+        w(f"{name:<58}{value:>16}{a}{b}{r:>10}\n")
+
+    for part in ("node", "coordinator", "failover", "sdk", "spark"):
+        if part in res and _ok(res, part) is None:
+            w(f"{part}: FAILED {res[part].get('error', '')[:300]}\n")
+    node = _ok(res, "node")
+    if node:
+        p, lim = node["produce"], node["limits"]
+        row("node produce, 8 clients x 1000 rec, durable (rec/s)", f"{p['records_per_s']:,}",
+            p["p50_ms"], p["p99_ms"], ratios.get("produce/noop_http"))
+        row("  / raw append+fsync of the same frames", "", None, None,
+            ratios.get("produce/append_fsync"))
+        row("  limit: no-op FastAPI, typed body", f"{lim['noop_produce_typed']['records_per_s']:,}")
+        row("  limit: no-op FastAPI, validate_json",
+            f"{lim['noop_produce_validate_json']['records_per_s']:,}")
+        row("  limit: append+fsync, 1 writer", f"{lim['fsync_single_writer']['records_per_s']:,}")
+        row("  limit: append+fsync, 8 writers",
+            f"{lim['fsync_group_8_writers']['records_per_s']:,}")
+        for b in node["produce_by_batch"]:
+            row(f"  growth: {b['records_per_request']} records per request",
+                f"{b['records_per_s']:,}", b["p50_ms"], b["p99_ms"])
+        f = node["fetch"]
+        row(f"node fetch read_committed over {f['log_records']:,} rec",
+            f"{f['records_per_s']:,}", f["p50_ms"], f["p99_ms"], ratios.get("fetch/noop_http"))
+        row("  limit: no-op FastAPI, canned answer", f"{lim['noop_fetch']['records_per_s']:,}")
+        for g in node["fetch_by_log"]:
+            row(f"  growth: log of {g['log_records']:,} records", f"{g['records_per_s']:,}",
+                g["p50_ms"], g["p99_ms"])
+        for r in node["restart"]:
+            row(f"node restart, {r['records']:,} records (clean / SIGKILL s)",
+                f"{r['clean_stop_s']:.3f}/{r['sigkill_s']:.3f}", None, None,
+                max(r["clean_stop_s"], r["sigkill_s"]) / max(1e-9, lim["empty_start_s"]))
+        row("  limit: empty node start (s)", f"{lim['empty_start_s']:.3f}")
+        w("-" * WIDTH + "\n")
+    coord = _ok(res, "coordinator")
+    if coord:
+        pg = {p["clients"]: p for p in coord.get("pg_limit", [])}
+        for r in coord["concurrency"]:
+            row(f"coordinator, {r['producers']} producers (committed txn/s)",
+                f"{r['txn_per_s']:,.0f}", r["p50_ms"], r["p99_ms"],
+                ratios.get(f"txn/pg@{r['producers']}"))
+        for _c, p in pg.items():
+            row(f"  limit: pgbench one-row update, {p['clients_used']} clients (tps)",
+                f"{p['tps']:,.0f}")
+        for key, label in (("records_per_txn", "records per txn"),
+                           ("partitions_per_txn", "partitions per txn"),
+                           ("open_txns", "open txns")):
+            for r in coord.get(key, []):
+                row(f"  growth (8 producers): {r[key]} {label}", f"{r['txn_per_s']:,.0f}",
+                    r["p50_ms"], r["p99_ms"])
+        for e in coord.get("end_to_end", []):
+            row(f"commit returned -> visible read_committed, {e['records_per_txn']} rec",
+                f"{e['samples']} samples", e["p50_ms"], e["p99_ms"])
+        w("-" * WIDTH + "\n")
+    fo = _ok(res, "failover")
+    if fo:
+        row("coordinator failover, SIGKILL -> commit on survivor (s)", f"{fo['seconds']:.3f}",
+            None, None, ratios.get("failover/lease"))
+        row("  limit: lease time (s)", f"{fo['lease_ms'] / 1000:.3f}")
+        w("-" * WIDTH + "\n")
+    sdk = _ok(res, "sdk")
+    if sdk:
+        row("sdk idempotent producer, 1 KB records (rec/s)",
+            f"{sdk['idempotent']['records_per_s']:,}", None, None,
+            ratios.get("sdk_idempotent/raw_httpx"))
+        for t in sdk["transactional"]:
+            cost = t["cost_vs_idempotent"]
+            row(f"sdk transactional, commit every {t['commit_interval_ms']} ms "
+                f"(cost {100 * cost:+.0f}%)", f"{t['records_per_s']:,}", t["commit_ms"], None,
+                ratios.get(f"sdk_txn@{t['commit_interval_ms']}ms/raw_httpx"))
+        row("  limit: raw httpx plain batches", f"{sdk['raw_httpx']['records_per_s']:,}")
+        w("-" * WIDTH + "\n")
+    spark = _ok(res, "spark")
+    if spark:
+        for s in spark.get("runs", []):
+            row(f"spark pipeline {s['records']:,} rec, at-least-once (rec/s)",
+                f"{s['at_least_once_records_per_s']:,}")
+            row(f"spark pipeline {s['records']:,} rec, exactly-once (rec/s)",
+                f"{s['exactly_once_records_per_s']:,}", None, None, s["ratio"])
+        w("-" * WIDTH + "\n")
+    w("vs limit: the figure over its limit (restart and failover: time over the limit's time; "
+      "coordinator: txn/s over pgbench tps;\n  sdk: over raw httpx; spark exactly-once: over "
+      "at-least-once). sdk p50 column: mean ms in commit_transaction.\n")
+    w(f"total {res.get('bench_seconds', 0):.0f} s; per part: {res.get('timings_s', {})}\n")
+
+
+def table(res: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    write_table(res, buf)
+    return buf.getvalue()
+
+
+def to_json(res: dict[str, Any]) -> str:
+    return orjson.dumps(res, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
+
+
+def plots(res: dict[str, Any], directory: Path) -> list[Path]:
+    """Throughput against concurrency and latency percentiles; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    coord = _ok(res, "coordinator")
+    if coord:
+        runs = coord["concurrency"]
+        xs = [r["producers"] for r in runs]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(xs, [r["txn_per_s"] for r in runs], "o-", label="coordinator committed txn/s")
+        pg = [p["tps"] for p in coord.get("pg_limit", [])]
+        if len(pg) == len(xs):
+            ax.plot(xs, pg, "s--", label="PostgreSQL one-row update tps (limit)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("concurrent producers")
+        ax.set_ylabel("per second")
+        ax.set_title("Throughput against concurrency")
+        ax.legend()
+        ax.grid(True, which="both", alpha=0.3)
+        path = directory / "coordinator_throughput.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for q in ("p50_ms", "p90_ms", "p99_ms"):
+            ax.plot(xs, [r[q] for r in runs], "o-", label=f"commit {q[:3]}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("concurrent producers")
+        ax.set_ylabel("ms (add + produce + commit)")
+        ax.set_title("Transaction latency percentiles")
+        ax.legend()
+        ax.grid(True, which="both", alpha=0.3)
+        path = directory / "coordinator_latency.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    node = _ok(res, "node")
+    if node:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        rows = [("produce", node["produce"])] + [
+            (f"fetch {g['log_records']:,}", g) for g in node["fetch_by_log"]]
+        names = [n for n, _ in rows]
+        for q in ("p50_ms", "p90_ms", "p99_ms"):
+            ax.plot(names, [r[q] for _, r in rows], "o-", label=q[:3])
+        ax.set_ylabel("ms per request")
+        ax.set_title("Storage node request latency percentiles")
+        ax.legend()
+        ax.grid(True, alpha=0.3)
+        path = directory / "node_latency.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def docs_page(res: dict[str, Any], images: list[Path]) -> str:
+    m = res.get("machine", {})
+    disk = m.get("disk", {})
+    lines = [
+        "# Benchmarks",
+        "",
+        "Taken with one command, `eos bench` (full run; `eos bench --quick` takes a few",
+        "minutes), which starts the services as processes on this machine, measures the",
+        "product and, in the same run, the limits it is compared with: a no-op FastAPI",
+        "endpoint parsing the same bodies, raw append+fsync of the same bytes, PostgreSQL",
+        "one-row-update transactions per second (pgbench), the start of an empty node, the",
+        "coordinator lease time. `eos bench --json` prints the same figures as JSON;",
+        "`eos bench --docs` rewrites this page and its plots.",
+        "",
+        f"Latest run: {res.get('started_at', '?')}, {res.get('mode', '?')} mode, "
+        f"{res.get('bench_seconds', 0):.0f} s.",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {m.get('cpu_model', '?')}, {m.get('cores')} cores",
+        f"- memory: {m.get('memory_gb')} GB",
+        f"- disk: {disk.get('device', '?')} at {disk.get('path', '?')}, "
+        f"{disk.get('total_gb', '?')} GB",
+        f"- Linux {m.get('kernel', '?')}, Python {m.get('python', '?')}",
+        "",
+        "The machine is shared: other test suites ran on its two cores during the run, so",
+        "the figures are noisy (differences under about 20% between runs mean nothing).",
+        "Client, services and PostgreSQL share the same two cores.",
+        "",
+        "## Figures",
+        "",
+        "```",
+        table(res).strip("\n"),
+        "```",
+        "",
+        "## Plots",
+        "",
+    ]
+    for image in images:
+        rel = image.relative_to(DOCS.parent)
+        lines += [f"![{image.stem.replace('_', ' ')}]({rel.as_posix()})", ""]
+    return "\n".join(lines)
+
+
+def write_docs(res: dict[str, Any]) -> None:
+    images = plots(res, PLOTS)
+    DOCS.write_text(docs_page(res, images))
+    (PLOTS / "latest.json").write_text(to_json(res) + "\n")
+
+
+def emit(res: dict[str, Any], *, json_out: bool, docs: bool, out: TextIO | None = None) -> None:
+    """The table on stdout (on stderr with ``json_out``, stdout then holds the JSON)."""
+    stdout = out or sys.stdout
+    write_table(res, sys.stderr if json_out else stdout)
+    if json_out:
+        stdout.write(to_json(res) + "\n")
+    if docs:
+        write_docs(res)
