@@ -107,7 +107,8 @@ async def describe_transaction(
     ),
     response_model=EndTransactionResponse,
     responses=error_responses(
-        "TRANSACTIONAL_ID_NOT_FOUND", "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE",
+        "INVALID_REQUEST", "TRANSACTIONAL_ID_NOT_FOUND", "NOT_COORDINATOR",
+        "COORDINATOR_NOT_AVAILABLE",
         "COORDINATOR_LOAD_IN_PROGRESS",
     ),
 )

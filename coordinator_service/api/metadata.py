@@ -48,7 +48,7 @@ async def get_metadata(services: ServicesDep) -> MetadataResponse:
     description="Places the partitions on the storage nodes and answers with their leaders.",
     status_code=status.HTTP_201_CREATED,
     response_model=TopicInfo,
-    responses=error_responses("TOPIC_ALREADY_EXISTS"),
+    responses=error_responses("INVALID_REQUEST", "TOPIC_ALREADY_EXISTS"),
 )
 async def create_topic(body: CreateTopicRequest, services: ServicesDep) -> TopicInfo:
     return await services.metadata.create_topic(body.name, body.partitions)
@@ -102,7 +102,7 @@ async def find_coordinator(
     operation_id="allocateProducerId",
     summary="A producer id for an idempotent producer (no transactional id)",
     response_model=ProducerIdResponse,
-    responses=error_responses(),
+    responses=error_responses("INVALID_REQUEST"),
 )
 async def new_producer(_body: Empty, services: ServicesDep) -> ProducerIdResponse:
     """A producer id for an idempotent (non-transactional) producer."""

@@ -25,6 +25,7 @@ router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
 
 _ROUTING = ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS")
 _PRODUCER = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_MAPPING")
+_BODY = ("INVALID_REQUEST",)  # a body that is not JSON at all
 
 
 @router.post(
@@ -40,7 +41,7 @@ _PRODUCER = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_M
     ),
     response_model=ProducerIdResponse,
     responses=error_responses(
-        *_ROUTING, *_PRODUCER, "INVALID_TRANSACTION_TIMEOUT", "CONCURRENT_TRANSACTIONS",
+        *_BODY, *_ROUTING, *_PRODUCER, "INVALID_TRANSACTION_TIMEOUT", "CONCURRENT_TRANSACTIONS",
         "INVALID_TXN_STATE",
     ),
 )
@@ -62,7 +63,7 @@ async def init_transactions(
     ),
     response_model=AddPartitionsResponse,
     responses=error_responses(
-        *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
+        *_BODY, *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
     ),
 )
 async def add_partitions(
@@ -83,7 +84,7 @@ async def add_partitions(
     ),
     response_model=Empty,
     responses=error_responses(
-        *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
+        *_BODY, *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
     ),
 )
 async def add_offsets(
@@ -102,7 +103,9 @@ async def _end(
     return EndTransactionResponse(transactional_id=tid, state=state)
 
 
-_END_ERRORS = error_responses(*_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE")
+_END_ERRORS = error_responses(
+    *_BODY, *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
+)
 
 
 @router.post(

@@ -51,7 +51,9 @@ def _echo(offsets: list[OffsetCommitEntry]) -> Response:
     operation_id="commitGroupOffsets",
     summary="Commit a group's offsets (outside any transaction)",
     response_model=OffsetCommitResponse,
-    responses=error_responses("NOT_COORDINATOR", "KAFKA_STORAGE_ERROR", "MESSAGE_TOO_LARGE"),
+    responses=error_responses(
+        "INVALID_REQUEST", "NOT_COORDINATOR", "KAFKA_STORAGE_ERROR", "MESSAGE_TOO_LARGE"
+    ),
 )
 async def commit_offsets(group_id: GroupPath, body: OffsetCommitRequest, node: Node) -> Response:
     target = node.registry.group_coordinator(group_id)
@@ -66,6 +68,7 @@ async def commit_offsets(group_id: GroupPath, body: OffsetCommitRequest, node: N
     summary="Add offsets to a transaction (TxnOffsetCommit): pending until its marker",
     response_model=OffsetCommitResponse,
     responses=error_responses(
+        "INVALID_REQUEST",
         "NOT_COORDINATOR",
         "PRODUCER_FENCED",
         "INVALID_PRODUCER_EPOCH",

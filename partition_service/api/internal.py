@@ -43,7 +43,7 @@ router = APIRouter(
     operation_id="writeTxnMarkers",
     summary="Write COMMIT/ABORT markers (coordinators only)",
     response_model=WriteMarkersResponse,
-    responses=error_responses("UNAUTHENTICATED", "MESSAGE_TOO_LARGE"),
+    responses=error_responses("INVALID_REQUEST", "UNAUTHENTICATED", "MESSAGE_TOO_LARGE"),
 )
 async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
     """Each partition answers on its own: one failing partition does not hold back the

@@ -1,0 +1,82 @@
+"""The live services answer as their documents say (schemathesis' response checks).
+
+Both documents are loaded from the running processes' ``/openapi.json``; every operation
+gets a bounded number of generated requests, and every answer must have a documented
+status, content type, headers and body schema, and never be a 500 (a 503 is a documented,
+retriable answer of the contract).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.sdk.cluster import Cluster
+from tests.support.nodes import INTERNAL_TOKEN
+
+pytestmark = pytest.mark.slow
+
+CHECKS = [
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+EXAMPLES = settings(
+    max_examples=8,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
+HEADERS = {"Authorization": f"Bearer {INTERNAL_TOKEN}"}
+
+
+def _service_url(cluster: Cluster, service: str) -> str:
+    return cluster.url if service == "coordinator" else cluster.nodes[0].url
+
+
+def _call(case: Any, base_url: str) -> None:
+    if isinstance(case.query, dict) and "max_wait_ms" in case.query:
+        case.query["max_wait_ms"] = 0  # a long poll only slows the run down
+    response = case.call_and_validate(
+        base_url=base_url, headers=HEADERS, checks=CHECKS, timeout=30
+    )
+    # 503 is a documented, retriable answer; only a 500 is a bug.
+    assert response.status_code != 500, f"{case.operation.label}: {response.text}"
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+@pytest.mark.parametrize("service", ["coordinator", "node"])
+def test_answers_match_the_document(
+    openapi_cluster: Cluster, service: str, mode: GenerationMode
+) -> None:
+    base_url = _service_url(openapi_cluster, service)
+    schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")
+    failures: list[str] = []
+    for result in schema.get_all_operations():
+        operation = result.ok()
+
+        @EXAMPLES
+        @given(case=operation.as_strategy(generation_mode=mode))
+        def run(case: Any) -> None:
+            _call(case, base_url)
+
+        try:
+            run()
+        except Unsatisfiable:
+            assert mode is GenerationMode.NEGATIVE, operation.label  # nothing to make invalid
+        except (Exception, BaseExceptionGroup) as exc:
+            failures.append(f"{operation.label}: {exc}")
+    assert not failures, "\n\n".join(failures)

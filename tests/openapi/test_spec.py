@@ -1,0 +1,115 @@
+"""The committed OpenAPI documents: in step with the code, valid, and complete."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from openapi_spec_validator import validate
+from typer.testing import CliRunner
+
+from eos_cli.main import app
+from eos_cli.openapi_command import render_spec
+from tests.openapi.conftest import DOCS
+
+SERVICES = {"coordinator": "coordinator.json", "node": "node.json"}
+
+OPERATION_IDS = {
+    "coordinator": {
+        "initTransactions", "addPartitionsToTxn", "addOffsetsToTxn", "commitTransaction",
+        "abortTransaction", "describeTransaction", "listTransactions", "forceAbortTransaction",
+        "findCoordinator", "createTopic", "describeTopic", "getMetadata", "allocateProducerId",
+        "getProducerTransaction", "health", "ready", "metrics",
+    },
+    "node": {
+        "produceRecords", "fetchRecords", "getPartitionOffsets", "describeProducers",
+        "commitGroupOffsets", "commitTransactionalOffsets", "fetchGroupOffsets",
+        "writeTxnMarkers", "createPartition", "listNodePartitions", "health", "ready",
+        "metrics",
+    },
+}
+
+
+def _operations(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (method, path, op)
+        for path, ops in spec["paths"].items()
+        for method, op in ops.items()
+    ]
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_committed_document_matches_the_code(service: str) -> None:
+    committed = (DOCS / SERVICES[service]).read_text(encoding="utf-8")
+    assert committed == render_spec(service), (
+        f"docs/openapi/{SERVICES[service]} is out of date; run "
+        f"`eos openapi --service {service} --output docs/openapi/{SERVICES[service]}`"
+    )
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_document_is_valid_openapi(service: str) -> None:
+    validate(json.loads((DOCS / SERVICES[service]).read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_operations_are_named_tagged_and_described(service: str) -> None:
+    spec = json.loads(render_spec(service))
+    ops = _operations(spec)
+    assert {op["operationId"] for _, _, op in ops} == OPERATION_IDS[service]
+    for method, path, op in ops:
+        where = f"{method.upper()} {path}"
+        assert op.get("tags"), where
+        assert op.get("summary"), where
+        for status, answer in op["responses"].items():
+            for media, content in answer.get("content", {}).items():
+                schema = content["schema"]
+                if media == "application/json":
+                    assert "$ref" in schema, f"{where} {status}: body is not a named schema"
+        body = op.get("requestBody")
+        if body is not None:
+            assert "$ref" in body["content"]["application/json"]["schema"], where
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_every_error_answer_is_the_envelope_with_its_codes(service: str) -> None:
+    spec = json.loads(render_spec(service))
+    for method, path, op in _operations(spec):
+        if op["operationId"] in {"health", "metrics", "ready"} and service == "coordinator":
+            continue
+        errors = {s: a for s, a in op["responses"].items() if int(s) >= 400}
+        if op["operationId"] not in {"health", "metrics"}:
+            assert "422" in errors, f"{method.upper()} {path}"
+        for answer in errors.values():
+            content = answer["content"]["application/json"]
+            assert content["schema"] == {"$ref": "#/components/schemas/ErrorEnvelope"}
+            codes = set(content["examples"])
+            assert codes and "code is one of: " in answer["description"]
+            for code, example in content["examples"].items():
+                assert example["value"]["error"]["code"] == code
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+
+
+def test_no_bare_objects() -> None:
+    """Every object in either document is a named schema or a map of typed values."""
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "properties" not in node:
+                assert isinstance(node.get("additionalProperties"), dict), where
+            for key, value in node.items():
+                walk(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}/{i}")
+
+    for service in SERVICES:
+        walk(json.loads(render_spec(service)), service)
+
+
+def test_cli_writes_the_document(tmp_path: Any) -> None:
+    out = tmp_path / "node.json"
+    result = CliRunner().invoke(app, ["openapi", "--service", "node", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8") == render_spec("node")
