@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from coordinator_service.clock import Clock
-from coordinator_service.db.engine import Database
+from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import leases
 from coordinator_service.transactions.store import LeaseToken
 from sdk.protocol.errors import (
@@ -51,6 +51,7 @@ class LeaseOwner:
 
 
 def ensure_lease_rows(conn: Connection, count: int) -> None:
+    serialize_first_start(conn)
     existing = {r[0] for r in conn.execute(sa.select(leases.c.log_partition))}
     missing = [{"log_partition": p} for p in range(count) if p not in existing]
     if missing:

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from coordinator_service.clock import Clock
-from coordinator_service.db.engine import Database
+from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import cluster, coordinator_instances, topic_partitions, topics
 from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC
 from sdk.protocol.coordinator import NodeInfo, PartitionInfo, TopicInfo
@@ -73,6 +73,7 @@ def bootstrap(
 
     Returns the cluster id and this instance's numeric id.
     """
+    serialize_first_start(conn)
     cluster_id = conn.execute(sa.select(cluster.c.cluster_id)).scalar()
     if cluster_id is None:
         cluster_id = uuid.uuid4().hex[:22]

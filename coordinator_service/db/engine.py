@@ -87,6 +87,20 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
+FIRST_START_LOCK = 4243
+
+
+def serialize_first_start(conn: Connection) -> None:
+    """Make check-then-insert start-up work safe when several coordinators start at once.
+
+    On PostgreSQL a transaction-scoped advisory lock lets one instance create the shared
+    rows (cluster id, ``__consumer_offsets``, lease rows) while the others wait and then
+    see them; SQLite's single writer (``BEGIN IMMEDIATE``) already gives that order.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({FIRST_START_LOCK})")
+
+
 class Database:
     """The engine plus a bounded pool of worker threads that run transactions on it."""
 
