@@ -168,7 +168,7 @@ class Cluster:
         self.plan = plan
         self.children = plan.build()
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         env = self.plan.environment()
         for child in self.children:
             child.start(env)

@@ -27,7 +27,7 @@ def port_free(port: int) -> bool:
 def free_base() -> int:
     while True:
         base = random.randrange(20_000, 32_000, 100)  # below the ephemeral range
-        if all(port_free(base + offset) for offset in (0, 11, 12, 13)):
+        if all(port_free(base + offset) for offset in (0, 1, 11, 12, 13)):
             return base
 
 
@@ -173,9 +173,19 @@ def test_up_with_two_coordinators_on_postgresql(tmp_path: Path) -> None:
                 stderr=subprocess.STDOUT,
             )
         try:
+
+            def ready() -> bool:
+                if process.poll() is not None:
+                    logs = "\n".join(
+                        f"--- {p.name}\n{p.read_text()[-2000:]}"
+                        for p in sorted((tmp_path / "d" / "logs").glob("*.log"))
+                    )
+                    raise AssertionError(f"eos up exited:\n{log.read_text()}\n{logs}")
+                return "cluster ready" in log.read_text()
+
             wait_until(
-                lambda: "cluster ready" in log.read_text(),
-                timeout=90,
+                ready,
+                timeout=150,
                 what="two coordinators and two nodes",
             )
             text = log.read_text()
