@@ -97,7 +97,7 @@ FULL = SuitePlan(
     commit_intervals_ms=(10, 100, 1000),
     sdk_s=4.0,
     sdk_rounds=3,
-    spark_sizes=(100_000, 1_000_000, 2_000_000),
+    spark_sizes=(100_000, 500_000, 1_000_000),
 )
 
 

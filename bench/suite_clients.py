@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.bench_sdk import Cluster, Result, run_raw, run_sync
+from bench.bench_sdk import Cluster, Result, run_async, run_raw, run_sync
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,7 +39,23 @@ def result_json(r: Result, base: Result | None) -> dict[str, Any]:
 
 
 def median(results: list[Result]) -> Result:
+    """The middle round by rate (the upper middle of an even count)."""
     return sorted(results, key=lambda r: r.rate)[len(results) // 2]
+
+
+def sdk_rows(sdk: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The SDK results in table order, each with its label."""
+    rows = [("sdk idempotent producer, 1 KB records (rec/s)", sdk["idempotent"])]
+    for t in sdk["transactional"]:
+        cost = t["cost_vs_idempotent"] or 0.0
+        rows.append((f"sdk transactional, commit every {t['commit_interval_ms']} ms "
+                     f"(cost {100 * cost:+.0f}%)", t))
+    if "async_idempotent" in sdk:
+        rows.append(("sdk async idempotent producer (rec/s)", sdk["async_idempotent"]))
+        t = sdk["async_transactional_100ms"]
+        cost = t["cost_vs_idempotent"] or 0.0
+        rows.append((f"sdk async transactional, every 100 ms (cost {100 * cost:+.0f}%)", t))
+    return rows
 
 
 def run_sdk(plan: Any, progress: Any) -> dict[str, Any]:
@@ -53,6 +69,8 @@ def run_sdk(plan: Any, progress: Any) -> dict[str, Any]:
             progress(f"sdk: round {n + 1} of {plan.sdk_rounds}")
             row = [run_raw(cluster, plan.sdk_s), run_sync(cluster, plan.sdk_s, None)]
             row += [run_sync(cluster, plan.sdk_s, ms) for ms in intervals]
+            # the asyncio twins at the middle interval: the same protocol, another client
+            row += [run_async(cluster, plan.sdk_s, None), run_async(cluster, plan.sdk_s, 100)]
             rounds.append(row)
     except BaseException:
         log = (cluster.dir / "services.log").read_text(errors="replace")
@@ -60,7 +78,9 @@ def run_sdk(plan: Any, progress: Any) -> dict[str, Any]:
         raise
     finally:
         cluster.stop()
-    raw, idem, *txns = (median([r[i] for r in rounds]) for i in range(len(rounds[0])))
+    raw, idem, *txns, aidem, atxn = (
+        median([r[i] for r in rounds]) for i in range(len(rounds[0]))
+    )
     return {
         "raw_httpx": result_json(raw, None),
         "idempotent": result_json(idem, None),
@@ -68,6 +88,8 @@ def run_sdk(plan: Any, progress: Any) -> dict[str, Any]:
             {"commit_interval_ms": ms, **result_json(t, idem)}
             for ms, t in zip(intervals, txns, strict=True)
         ],
+        "async_idempotent": result_json(aidem, None),
+        "async_transactional_100ms": {"commit_interval_ms": 100, **result_json(atxn, aidem)},
         "rounds": plan.sdk_rounds,
         "seconds_per_run": plan.sdk_s,
     }

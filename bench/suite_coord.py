@@ -56,6 +56,10 @@ class TxnRun:
     latencies: list[float] = field(default_factory=list)
     cpu: dict[str, float] = field(default_factory=dict)
     retries: int = 0
+    concurrent: bool = True  # a transaction's batches sent at once, one per partition
+    steps: dict[str, list[float]] = field(
+        default_factory=lambda: {"add": [], "produce": [], "commit": []}
+    )
 
     @property
     def txn_per_s(self) -> float:
@@ -74,6 +78,10 @@ class TxnRun:
             "p99_ms": round(percentile_ms(self.latencies, 0.99), 2),
             "cpu": {k: round(v, 3) for k, v in self.cpu.items()},
             "retries": self.retries,
+            "concurrent_sends": self.concurrent,
+            "steps_p50_ms": {
+                name: round(percentile_ms(v, 0.5), 2) for name, v in self.steps.items()
+            },
         }
 
 
@@ -153,14 +161,17 @@ async def init_producer(coord: Conn, tid: str, timeout_ms: int = 600_000) -> dic
 
 
 async def open_transaction(
-    coord: Conn, node: Conn, tid: str, ident: dict[str, int], parts: list[int], seqs: list[int],
-    records: int,
-) -> None:
-    """AddPartitions (retried while the previous markers are on their way) and one batch of
-    ``records`` 100-byte records to each partition."""
+    coord: Conn, nodes: list[Conn], tid: str, ident: dict[str, int], parts: list[int],
+    seqs: list[int], records: int, *, concurrent: bool = True,
+) -> float:
+    """AddPartitions (retried while the previous markers are on their way), then one batch
+    of ``records`` 100-byte records to each partition: all at once, one connection per
+    partition, as the SDK sends (``concurrent``), or one after the other on one connection.
+    Returns the time the AddPartitions took."""
     add = orjson.dumps(
         {**ident, "partitions": [{"topic": TOPIC, "partition": p} for p in parts]}
     )
+    began = time.monotonic()
     while True:
         status, answer = await coord.request("POST", f"/v1/transactions/{tid}/partitions", add)
         if status != 503:
@@ -169,14 +180,25 @@ async def open_transaction(
         await asyncio.sleep(0.002)
     if status != 200:
         raise HttpError(f"add {tid}: {status} {answer[:300]!r}")
+    added = time.monotonic() - began
     batch = orjson.dumps([{"key": f"k{i}", "value": "x" * 100} for i in range(records)])
-    for i, p in enumerate(parts):
+
+    async def send(i: int, conn: Conn) -> None:
         head = orjson.dumps({**ident, "base_sequence": seqs[i], "transactional": True})
         body = head[:-1] + b',"records":' + batch + b"}"
-        status, answer = await node.request("POST", f"/v1/partitions/{TOPIC}/{p}/records", body)
+        status, answer = await conn.request(
+            "POST", f"/v1/partitions/{TOPIC}/{parts[i]}/records", body
+        )
         if status != 200:
             raise HttpError(f"produce {tid}: {status} {answer[:300]!r}")
         seqs[i] += records
+
+    if concurrent:
+        await asyncio.gather(*(send(i, nodes[i]) for i in range(len(parts))))
+    else:
+        for i in range(len(parts)):
+            await send(i, nodes[0])
+    return added
 
 
 RETRIES = [0]
@@ -185,10 +207,13 @@ RETRIES = [0]
 async def txn_loop(
     index: int, svc: Services, run: TxnRun, stop_at: list[float], window: list[bool]
 ) -> None:
-    coord, node = await Conn(svc.coord_port).open(), await Conn(svc.node_port).open()
+    coord = await Conn(svc.coord_port).open()
+    nodes = [await Conn(svc.node_port).open()]
+    if run.concurrent:
+        nodes += [await Conn(svc.node_port).open() for _ in range(run.partitions_per_txn - 1)]
     try:
         tid = f"bench-{run.producers}-{run.records_per_txn}-{run.partitions_per_txn}-{index}"
-        tid += f"-{run.open_txns}"
+        tid += f"-{run.open_txns}-{int(run.concurrent)}"
         ident = await init_producer(coord, tid)
         first = (index * run.partitions_per_txn) % TOPIC_PARTITIONS
         parts = [(first + k) % TOPIC_PARTITIONS for k in range(run.partitions_per_txn)]
@@ -196,16 +221,25 @@ async def txn_loop(
         end = orjson.dumps({**ident, "wait_for_markers": True})
         while time.monotonic() < stop_at[0]:
             began = time.monotonic()
-            await open_transaction(coord, node, tid, ident, parts, seqs, run.records_per_txn)
+            added = await open_transaction(
+                coord, nodes, tid, ident, parts, seqs, run.records_per_txn,
+                concurrent=run.concurrent,
+            )
+            produced = time.monotonic()
             status, answer = await coord.request("POST", f"/v1/transactions/{tid}/commit", end)
             if status != 200:
                 raise HttpError(f"commit {tid}: {status} {answer[:300]!r}")
             if window[0]:
+                done = time.monotonic()
                 run.committed += 1
-                run.latencies.append(time.monotonic() - began)
+                run.latencies.append(done - began)
+                run.steps["add"].append(added)
+                run.steps["produce"].append(produced - began - added)
+                run.steps["commit"].append(done - produced)
     finally:
         await coord.close()
-        await node.close()
+        for conn in nodes:
+            await conn.close()
 
 
 async def measure(svc: Services, run: TxnRun, warmup_s: float, seconds: float) -> TxnRun:
@@ -242,7 +276,7 @@ async def hold_open(svc: Services, count: int) -> None:
         for i in range(count):
             tid = f"idle-{uuid.uuid4().hex[:6]}-{i}"
             ident = await init_producer(coord, tid)
-            await open_transaction(coord, node, tid, ident, [i % TOPIC_PARTITIONS], [0], 1)
+            await open_transaction(coord, [node], tid, ident, [i % TOPIC_PARTITIONS], [0], 1)
     finally:
         await coord.close()
         await node.close()

@@ -14,6 +14,8 @@ from typing import Any, TextIO
 
 import orjson
 
+from bench.suite_clients import sdk_rows
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "benchmarks.md"
 PLOTS = ROOT / "docs" / "benchmarks"
@@ -111,14 +113,10 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
         w("-" * WIDTH + "\n")
     sdk = _ok(res, "sdk")
     if sdk:
-        row("sdk idempotent producer, 1 KB records (rec/s)",
-            f"{sdk['idempotent']['records_per_s']:,}", None, None,
-            ratios.get("sdk_idempotent/raw_httpx"))
-        for t in sdk["transactional"]:
-            cost = t["cost_vs_idempotent"]
-            row(f"sdk transactional, commit every {t['commit_interval_ms']} ms "
-                f"(cost {100 * cost:+.0f}%)", f"{t['records_per_s']:,}", t["commit_ms"], None,
-                ratios.get(f"sdk_txn@{t['commit_interval_ms']}ms/raw_httpx"))
+        raw = sdk["raw_httpx"]["records_per_s"] or 1
+        for label, r in sdk_rows(sdk):
+            row(label, f"{r['records_per_s']:,}", r["commit_ms"] if r["transactions"] else None,
+                None, r["records_per_s"] / raw)
         row("  limit: raw httpx plain batches", f"{sdk['raw_httpx']['records_per_s']:,}")
         w("-" * WIDTH + "\n")
     spark = _ok(res, "spark")
@@ -255,9 +253,17 @@ def docs_page(res: dict[str, Any], images: list[Path]) -> str:
     return "\n".join(lines)
 
 
+NOTES = "<!-- notes: kept by eos bench --docs -->"
+
+
 def write_docs(res: dict[str, Any]) -> None:
+    """Rewrite the page from ``res``; what follows the notes marker of the old page (the
+    reading of the figures, the profile) is kept."""
     images = plots(res, PLOTS)
-    DOCS.write_text(docs_page(res, images))
+    notes = ""
+    if DOCS.exists() and NOTES in DOCS.read_text():
+        notes = DOCS.read_text().split(NOTES, 1)[1]
+    DOCS.write_text(docs_page(res, images) + "\n" + NOTES + (notes or "\n"))
     (PLOTS / "latest.json").write_text(to_json(res) + "\n")
 
 

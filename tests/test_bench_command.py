@@ -98,3 +98,21 @@ def test_table_and_json_writer() -> None:
 def test_docs_page_names_the_machine() -> None:
     page = docs_page(fake_result(), [])
     assert "Fake CPU" in page and "2 cores" in page and "/dev/fake" in page
+
+
+def test_sdk_rows_and_ratios() -> None:
+    from bench.suite_clients import sdk_rows
+
+    def r(rate: int, txns: int = 0, cost: float | None = None) -> dict[str, object]:
+        return {"name": "x", "records_per_s": rate, "mb_per_s": 1.0, "transactions": txns,
+                "commit_ms": 5.0, "records_per_txn": None, "cost_vs_idempotent": cost}
+
+    sdk = {"raw_httpx": r(1000), "idempotent": r(800),
+           "transactional": [{"commit_interval_ms": 10, **r(600, 10, 0.25)}]}
+    rows = sdk_rows(sdk)
+    assert [label.split(",")[0] for label, _ in rows] == [
+        "sdk idempotent producer", "sdk transactional"]
+    assert "cost +25%" in rows[1][0]
+    got = ratios({"sdk": sdk})
+    assert got["sdk_idempotent/raw_httpx"] == 0.8 and got["sdk_txn@10ms/raw_httpx"] == 0.6
+    assert "sdk transactional, commit every 10 ms" in table({"sdk": sdk})
