@@ -424,6 +424,12 @@ async def run_coordinator(plan: Any, progress: Any) -> dict[str, Any]:
                     progress(f"coordinator: {parts} partitions per transaction")
                     r = await measure(svc, TxnRun(8, 1, parts, 0), 1.0, plan.coord_s)
                     out["partitions_per_txn"].append(r.summary())
+                widest = max(plan.partitions_per_txn)
+                progress(f"coordinator: {widest} partitions per transaction, sent one by one")
+                r = await measure(
+                    svc, TxnRun(8, 1, widest, 0, concurrent=False), 1.0, plan.coord_s
+                )
+                out["partitions_per_txn_sequential"] = r.summary()
                 out["open_txns"] = []
                 held = 0
                 for count in plan.open_txns:

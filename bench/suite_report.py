@@ -101,6 +101,10 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
             for r in coord.get(key, []):
                 row(f"  growth (8 producers): {r[key]} {label}", f"{r['txn_per_s']:,.0f}",
                     r["p50_ms"], r["p99_ms"])
+        seq = coord.get("partitions_per_txn_sequential")
+        if seq:
+            row(f"  the same, {seq['partitions_per_txn']} partitions sent one by one",
+                f"{seq['txn_per_s']:,.0f}", seq["p50_ms"], seq["p99_ms"])
         for e in coord.get("end_to_end", []):
             row(f"commit returned -> visible read_committed, {e['records_per_txn']} rec",
                 f"{e['samples']} samples", e["p50_ms"], e["p99_ms"])
