@@ -38,7 +38,7 @@ def build_router(internal_token: str | None) -> APIRouter:
         responses=error_responses("UNKNOWN_PRODUCER_ID", "UNAUTHENTICATED"),
     )
     async def producer_transaction(
-        services: ServicesDep, producer_id: int = Path(ge=0)
+        services: ServicesDep, producer_id: int = Path(ge=0, le=2**63 - 1)
     ) -> ProducerTransactionView:
         rec = await services.coordinator.producer_record(producer_id)
         if rec is None:

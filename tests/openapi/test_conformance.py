@@ -34,7 +34,7 @@ CHECKS = [
     response_schema_conformance,
 ]
 EXAMPLES = settings(
-    max_examples=8,
+    max_examples=25,
     deadline=None,
     database=None,
     derandomize=True,
