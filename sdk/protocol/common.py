@@ -30,6 +30,11 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def examples(*items: dict[str, object]) -> ConfigDict:
+    """A wire model's config with examples for its OpenAPI schema."""
+    return ConfigDict(extra="forbid", json_schema_extra={"examples": list(items)})
+
+
 class ValidationProblem(WireModel):
     """One problem found by schema validation (a 422 answer)."""
 

@@ -14,6 +14,7 @@ from sdk.protocol.common import (
     TopicName,
     TopicPartition,
     WireModel,
+    examples,
 )
 from sdk.protocol.states import TransactionState
 
@@ -37,11 +38,39 @@ class PartitionInfo(WireModel):
 
 
 class TopicInfo(WireModel):
+    """A topic and the storage node leading each partition."""
+
+    model_config = examples(
+        {
+            "name": "orders",
+            "partitions": [
+                {"partition": 0, "leader": {"node_id": 1, "url": "http://127.0.0.1:8091"}}
+            ],
+        }
+    )
+
     name: str
     partitions: list[PartitionInfo]
 
 
 class MetadataResponse(WireModel):
+    """The cluster: its storage nodes and every topic with its partition leaders."""
+
+    model_config = examples(
+        {
+            "cluster_id": "4f1c2b9e",
+            "nodes": [{"node_id": 1, "url": "http://127.0.0.1:8091"}],
+            "topics": [
+                {
+                    "name": "orders",
+                    "partitions": [
+                        {"partition": 0, "leader": {"node_id": 1, "url": "http://127.0.0.1:8091"}}
+                    ],
+                }
+            ],
+        }
+    )
+
     cluster_id: str
     nodes: list[NodeInfo]
     topics: list[TopicInfo]
@@ -59,6 +88,17 @@ class CreateTopicRequest(WireModel):
 
 
 class FindCoordinatorResponse(WireModel):
+    """Where to send a transactional id's (or a group's) calls."""
+
+    model_config = examples(
+        {
+            "key": "orders-app",
+            "key_type": "transaction",
+            "node_id": 1,
+            "url": "http://127.0.0.1:8080",
+        }
+    )
+
     key: str
     key_type: KeyType
     node_id: int
@@ -173,6 +213,23 @@ class EndTransactionResponse(WireModel):
 
 
 class TransactionDescription(WireModel):
+    """A transactional id's state (DescribeTransactions)."""
+
+    model_config = examples(
+        {
+            "transactional_id": "orders-app",
+            "producer_id": 0,
+            "producer_epoch": 0,
+            "state": "CompleteAbort",
+            "transaction_timeout_ms": 60000,
+            "txn_start_ms": 1795322141297,
+            "last_update_ms": 1795322141322,
+            "partitions": [{"topic": "orders", "partition": 0}],
+            "groups": [],
+            "coordinator_epoch": 1,
+        }
+    )
+
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -193,6 +250,21 @@ class TransactionListing(WireModel):
 
 
 class ListTransactionsResponse(WireModel):
+    """Transactional ids and their states (ListTransactions)."""
+
+    model_config = examples(
+        {
+            "transactions": [
+                {
+                    "transactional_id": "orders-app",
+                    "producer_id": 0,
+                    "state": "Ongoing",
+                    "duration_ms": 1200,
+                }
+            ]
+        }
+    )
+
     transactions: list[TransactionListing]
 
 

@@ -15,6 +15,7 @@ from sdk.protocol.common import (
     TopicName,
     TopicPartition,
     WireModel,
+    examples,
 )
 
 
@@ -134,6 +135,10 @@ class FetchResponse(WireModel):
 
 
 class PartitionOffsets(WireModel):
+    """A partition's log start, high watermark and last stable offset."""
+
+    model_config = examples({"log_start_offset": 0, "high_watermark": 5, "last_stable_offset": 5})
+
     log_start_offset: int
     high_watermark: int
     last_stable_offset: int
@@ -149,6 +154,23 @@ class ProducerDescription(WireModel):
 
 
 class DescribeProducersResponse(WireModel):
+    """Producers with state on a partition (DescribeProducers)."""
+
+    model_config = examples(
+        {
+            "producers": [
+                {
+                    "producer_id": 0,
+                    "producer_epoch": 1,
+                    "last_sequence": 2,
+                    "coordinator_epoch": 1,
+                    "current_txn_start_offset": None,
+                    "last_timestamp_ms": 1795322141308,
+                }
+            ]
+        }
+    )
+
     producers: list[ProducerDescription]
 
 
@@ -160,10 +182,27 @@ class OffsetCommitEntry(WireModel):
 
 
 class OffsetCommitRequest(WireModel):
+    """A consumer group's offsets, committed outside any transaction."""
+
+    model_config = examples(
+        {"offsets": [{"topic": "orders", "partition": 0, "offset": 2, "metadata": None}]}
+    )
+
     offsets: list[OffsetCommitEntry] = Field(min_length=1)
 
 
 class TxnOffsetCommitRequest(WireModel):
+    """A group's offsets inside a transaction (TxnOffsetCommit)."""
+
+    model_config = examples(
+        {
+            "transactional_id": "orders-app",
+            "producer_id": 0,
+            "producer_epoch": 0,
+            "offsets": [{"topic": "orders", "partition": 0, "offset": 2}],
+        }
+    )
+
     transactional_id: IdString
     producer_id: ProducerId
     producer_epoch: ProducerEpoch
@@ -182,6 +221,12 @@ class CommittedOffset(WireModel):
 
 
 class GroupOffsetsResponse(WireModel):
+    """A group's committed offsets."""
+
+    model_config = examples(
+        {"offsets": [{"topic": "orders", "partition": 0, "offset": 2, "metadata": None}]}
+    )
+
     offsets: list[CommittedOffset]
 
 
@@ -194,6 +239,22 @@ class Marker(WireModel):
 
 
 class WriteMarkersRequest(WireModel):
+    """Transaction markers to write (coordinators only)."""
+
+    model_config = examples(
+        {
+            "markers": [
+                {
+                    "producer_id": 0,
+                    "producer_epoch": 0,
+                    "coordinator_epoch": 1,
+                    "result": "COMMIT",
+                    "partitions": [{"topic": "orders", "partition": 0}],
+                }
+            ]
+        }
+    )
+
     markers: list[Marker] = Field(min_length=1)
 
 

@@ -7,10 +7,16 @@ from typing import Any
 
 import pytest
 from openapi_spec_validator import validate
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from eos_cli.main import app
 from eos_cli.openapi_command import render_spec
+from sdk.protocol import common as protocol_common
+from sdk.protocol import coordinator as protocol_coordinator
+from sdk.protocol import node as protocol_node
+from sdk.protocol.common import ErrorEnvelope
+from sdk.protocol.errors import CATALOGUE
 from tests.openapi.conftest import DOCS
 
 SERVICES = {"coordinator": "coordinator.json", "node": "node.json"}
@@ -113,3 +119,34 @@ def test_cli_writes_the_document(tmp_path: Any) -> None:
     result = CliRunner().invoke(app, ["openapi", "--service", "node", "--output", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_text(encoding="utf-8") == render_spec("node")
+
+
+def _wire_models() -> list[type[BaseModel]]:
+    found: list[type[BaseModel]] = []
+    for module in (protocol_common, protocol_coordinator, protocol_node):
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, BaseModel) and value not in found:
+                found.append(value)
+    return found
+
+
+@pytest.mark.parametrize("model", _wire_models(), ids=lambda m: m.__name__)
+def test_schema_examples_are_valid(model: type[BaseModel]) -> None:
+    """Every example a schema shows is accepted by the model it documents."""
+    extra = model.model_config.get("json_schema_extra")
+    for example in extra.get("examples", []) if isinstance(extra, dict) else []:
+        model.model_validate(example)
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_error_examples_use_catalogue_codes(service: str) -> None:
+    spec = json.loads(render_spec(service))
+    for _method, _path, op in _operations(spec):
+        for status, answer in op["responses"].items():
+            for code, example in answer.get("content", {}).get("application/json", {}).get(
+                "examples", {}
+            ).items():
+                ErrorEnvelope.model_validate(example["value"])
+                assert code in CATALOGUE
+                expected = 422 if code == "INVALID_REQUEST" else CATALOGUE[code].http_status
+                assert int(status) in {expected, CATALOGUE[code].http_status}
