@@ -6,6 +6,7 @@ import re
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
 # Kafka's rule for topic names; group and transactional ids are free text of bounded size.
 TOPIC_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
@@ -30,7 +31,7 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def examples(*items: dict[str, object]) -> ConfigDict:
+def examples(*items: JsonDict) -> ConfigDict:
     """A wire model's config with examples for its OpenAPI schema."""
     return ConfigDict(extra="forbid", json_schema_extra={"examples": list(items)})
 
