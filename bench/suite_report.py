@@ -92,7 +92,11 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
             row(f"coordinator, {r['producers']} producers (committed txn/s)",
                 f"{r['txn_per_s']:,.0f}", r["p50_ms"], r["p99_ms"],
                 ratios.get(f"txn/pg@{r['producers']}"))
-        for _c, p in pg.items():
+            steps = r.get("steps_p50_ms")
+            if steps:
+                row("  p50 ms of its steps: add / produce / commit",
+                    f"{steps['add']:.1f}/{steps['produce']:.1f}/{steps['commit']:.1f}")
+        for p in pg.values():
             row(f"  limit: pgbench one-row update, {p['clients_used']} clients (tps)",
                 f"{p['tps']:,.0f}")
         for key, label in (("records_per_txn", "records per txn"),
