@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from coordinator_service.settings import CoordinatorSettings
-from sdk.protocol.logs import UVICORN_LOG_CONFIG, configure_logging
+from sdk.protocol.server import serve
 
 
 def _plain_type(annotation: Any) -> Any:
@@ -50,19 +50,16 @@ def settings_from_flags(flags: dict[str, Any]) -> CoordinatorSettings:
 
 
 def run_coordinator(settings: CoordinatorSettings) -> None:
-    import uvicorn
-
     from coordinator_service.app import create_app
 
-    configure_logging("coordinator", settings.log_level, settings.log_format)
-    uvicorn.run(
-        create_app(settings),
+    serve(
+        "coordinator",
+        lambda: create_app(settings),
         host=settings.host,
         port=settings.port,
-        log_level=settings.log_level.lower(),
-        log_config=UVICORN_LOG_CONFIG,
-        access_log=False,
-        timeout_graceful_shutdown=5,
+        log_level=settings.log_level,
+        log_format=settings.log_format,
+        graceful_shutdown_s=5,
     )
 
 

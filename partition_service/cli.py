@@ -8,23 +8,20 @@ from typing import Annotated
 import typer
 
 from partition_service.settings import NodeSettings
-from sdk.protocol.logs import UVICORN_LOG_CONFIG, configure_logging
+from sdk.protocol.server import serve
 
 
 def run_node(settings: NodeSettings) -> None:
-    import uvicorn
-
     from partition_service.app import create_app
 
-    configure_logging("node", settings.log_level, settings.log_format)
-    uvicorn.run(
-        create_app(settings),
+    serve(
+        "node",
+        lambda: create_app(settings),
         host=settings.host,
         port=settings.port,
-        log_level=settings.log_level.lower(),
-        log_config=UVICORN_LOG_CONFIG,
-        access_log=False,
-        timeout_graceful_shutdown=10,
+        log_level=settings.log_level,
+        log_format=settings.log_format,
+        graceful_shutdown_s=10,
     )
 
 

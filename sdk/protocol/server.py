@@ -202,6 +202,37 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
+def serve(
+    service: str,
+    make_app: Callable[[], FastAPI],
+    *,
+    host: str,
+    port: int,
+    log_level: str,
+    log_format: str,
+    graceful_shutdown_s: int,
+) -> None:
+    """Run a service in the foreground under uvicorn, with the product's structured logs.
+
+    Logging is configured before the app is built, so start-up lines are structured too;
+    uvicorn's access log stays off (one line per request costs more than a produce).
+    """
+    import uvicorn
+
+    from sdk.protocol.logs import UVICORN_LOG_CONFIG, configure_logging
+
+    configure_logging(service, log_level, log_format)
+    uvicorn.run(
+        make_app(),
+        host=host,
+        port=port,
+        log_level=log_level.lower(),
+        log_config=UVICORN_LOG_CONFIG,
+        access_log=False,
+        timeout_graceful_shutdown=graceful_shutdown_s,
+    )
+
+
 def internal_headers(token: str | None) -> dict[str, str]:
     """Headers a coordinator or node sends on internal calls."""
     return {INTERNAL_TOKEN_HEADER: f"Bearer {token}"} if token else {}
@@ -216,4 +247,5 @@ __all__ = [
     "install_error_handlers",
     "internal_headers",
     "internal_token_checker",
+    "serve",
 ]
