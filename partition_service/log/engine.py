@@ -60,7 +60,12 @@ class PartitionEngine:
         directory.mkdir(parents=True, exist_ok=True)
         self.log = Log(directory, config)
         self.producers = ProducerStateManager()
-        self.aborted = AbortedTxnIndex(directory / "aborted.txnindex")
+        aborted_path = directory / "aborted.txnindex"
+        # A log whose aborted-transaction index is gone (deleted, lost) must not start from
+        # its checkpoint: the aborts before it would be forgotten and read_committed would
+        # show their records. Replaying the whole log writes the index again.
+        self._rebuild_aborted = not aborted_path.exists() and any(directory.glob("*.log"))
+        self.aborted = AbortedTxnIndex(aborted_path)
         self.groups = GroupOffsetsView() if topic == CONSUMER_OFFSETS_TOPIC else None
         self.durable_offset = 0  # every offset below it is on disk: the high watermark
 
@@ -68,7 +73,7 @@ class PartitionEngine:
     def open(self) -> None:
         """Recover the log and rebuild the state: checkpoint, then replay of the tail."""
         self.aborted.load(2**63)
-        self.log.open(self._restore, self._replay)
+        self.log.open(self._restore, self._replay, use_checkpoint=not self._rebuild_aborted)
         self.aborted.truncate_from(self.log.next_offset)
         self.durable_offset = self.log.next_offset
 

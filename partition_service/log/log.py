@@ -70,11 +70,15 @@ class Log:
         self,
         restore: Callable[[dict[str, Any] | None], None],
         replay: Callable[[BatchHeader, Segment], None],
+        *,
+        use_checkpoint: bool = True,
     ) -> None:
         """Open the segments, repair the tail and replay what follows the checkpoint.
 
         ``restore`` first gets the checkpointed partition state (None: start empty, the
         whole log will be replayed); then ``replay`` is called for every batch after it.
+        ``use_checkpoint=False`` replays the whole log, for state the checkpoint cannot
+        bring back.
         """
         self.directory.mkdir(parents=True, exist_ok=True)
         bases = sorted(int(p.stem) for p in self.directory.glob("*.log"))
@@ -84,7 +88,7 @@ class Log:
             self._add_segment(Segment(self.directory, base, self.config.index_interval_bytes))
         self.log_start_offset = self.segments[0].base_offset
 
-        checkpoint = self._usable_checkpoint()
+        checkpoint = self._usable_checkpoint() if use_checkpoint else None
         if checkpoint is None:
             seg_index, position, self.next_offset = 0, 0, self.segments[0].base_offset
             restore(None)

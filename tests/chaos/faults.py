@@ -1,0 +1,322 @@
+"""The faults of the chaos runs, one class each: the cluster it needs, the database it runs
+on, what one injection does, and what must have happened for the run to count.
+
+An injection waits for its conditions by polling (a node back up, a lease taken over, a
+transaction timed out), never by sleeping for a while and hoping. Each fault counts what it
+did, so a run whose faults silently did nothing fails instead of passing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+from tests.chaos.cluster import ClusterSpec, PrivatePostgres
+from tests.chaos.copier import EXIT_FENCED
+from tests.chaos.history import History, OutputValue, TxnKey, read_events
+from tests.chaos.proxy import NO_FAULTS, FaultPlan
+from tests.chaos.workload import CopierSlot, Workload, describe_txn, wait_for
+from tests.support.coordinators import temp_database
+from tests.support.processes import wait_until
+
+
+class Fault:
+    """The base: a shared throw-away database, no injection."""
+
+    name = "none"
+    spec = ClusterSpec()
+    txn_timeout_ms = 15_000
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.rng = random.Random(self.name)
+
+    @contextlib.contextmanager
+    def database(self) -> Iterator[str]:
+        with temp_database() as url:
+            yield url
+
+    def inject(self, workload: Workload, k: int) -> None:
+        raise NotImplementedError
+
+    def problems(self, workload: Workload, injections: int, history: History) -> list[str]:
+        """What did not happen as it should have (empty: the faults did their job)."""
+        done = self.counts["injected"]
+        return [] if done == injections else [f"{done} of {injections} injections happened"]
+
+
+def _live_slot(workload: Workload, k: int) -> CopierSlot:
+    """A copier still at work, the k-th in turn when several are."""
+    with workload.lock:
+        live = [s for s in workload.slots.values() if not s.done and s.process is not None]
+    assert live, "every copier has finished: the fault came too late"
+    return live[k % len(live)]
+
+
+class NodeKill(Fault):
+    """SIGKILL a storage node (fsync on, as in production) and start it again."""
+
+    name = "node SIGKILL + restart"
+    spec = ClusterSpec(nodes=2, fsync=True)
+
+    def inject(self, workload: Workload, k: int) -> None:
+        node_id = 1 + k % len(workload.cluster.nodes)
+        workload.cluster.restart_node(node_id)
+        self.counts["injected"] += 1
+
+
+class CoordinatorKill(Fault):
+    """Two coordinators on one database with short leases; SIGKILL one, wait until the
+    other has taken over the copiers' transactional ids, then start the dead one again."""
+
+    name = "coordinator SIGKILL + failover"
+    spec = ClusterSpec(coordinators=2, lease_ms=2000)
+
+    def inject(self, workload: Workload, k: int) -> None:
+        cluster = workload.cluster
+        victim = cluster.coordinators[k % 2]
+        survivor = cluster.coordinators[(k + 1) % 2]
+        tids = [workload.tid(p) for p in workload.slots]
+        moved = [t for t in tids if _owner(survivor.url, t) == victim.url]
+        victim.kill()
+        wait_for(
+            "the survivor to own every transactional id",
+            lambda: all(_owner(survivor.url, t) == survivor.url for t in tids),
+            timeout=cluster.spec.lease_ms / 1000 + 20,
+        )
+        self.counts["takeovers"] += len(moved)
+        cluster.restart_coordinator(k % 2)
+        self.counts["injected"] += 1
+
+    def problems(self, workload: Workload, injections: int, history: History) -> list[str]:
+        found = super().problems(workload, injections, history)
+        if self.counts["takeovers"] == 0:
+            found.append("no transactional id ever moved to the surviving coordinator")
+        return found
+
+
+def _epoch(url: str, tid: str) -> int:
+    """The producer epoch the coordinator holds for ``tid`` (-1 if it cannot say now)."""
+    return int(str((describe_txn(url, tid) or {}).get("producer_epoch", -1)))
+
+
+def _owner(url: str, tid: str) -> str | None:
+    answer = httpx.get(f"{url}/v1/coordinators", params={"key": tid}, timeout=5.0)
+    return str(answer.json()["url"]).rstrip("/") if answer.status_code == 200 else None
+
+
+class PostgresRestart(Fault):
+    """The coordinator's own PostgreSQL (a private instance: the shared one serves other
+    tests) stopped and started again; every other time with ``-m immediate``."""
+
+    name = "PostgreSQL restart"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pg: PrivatePostgres | None = None
+
+    @contextlib.contextmanager
+    def database(self) -> Iterator[str]:
+        with PrivatePostgres.running() as pg:
+            self.pg = pg
+            yield pg.create_database(f"eos_chaos_{uuid.uuid4().hex[:8]}")
+
+    def inject(self, workload: Workload, k: int) -> None:
+        assert self.pg is not None
+        self.pg.restart(immediate=k % 2 == 0)
+        self.counts["injected"] += 1
+
+
+class CopierPause(Fault):
+    """SIGSTOP a copier inside a transaction until the coordinator has timed that
+    transaction out (its epoch bumped), on odd injections also start a replacement with
+    the same transactional id, then SIGCONT: the zombie must be fenced and exit without
+    committing anything."""
+
+    name = "copier SIGSTOP past timeout (zombie)"
+    txn_timeout_ms = 3000
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._paused = 0.0  # when the current zombie was stopped
+        self.zombies: list[TxnKey] = []  # the transaction each zombie was stopped in
+
+    def inject(self, workload: Workload, k: int) -> None:
+        slot = _live_slot(workload, k)
+        p = slot.partition
+        with workload.lock:
+            slot.held = True
+            zombie, instance = slot.process, slot.instance
+        assert zombie is not None
+        url, tid = workload.cluster.bootstrap(), workload.tid(p)
+        try:
+            epoch = self._pause_in_transaction(workload, zombie, p, instance)
+            wait_for(
+                "the coordinator to time the paused transaction out",
+                lambda: _epoch(url, tid) > epoch,
+                timeout=self.txn_timeout_ms / 1000 + 20,
+            )
+            if k % 2 == 1:
+                replacement = workload.start_copier(p)
+                wait_until(
+                    lambda: workload.last_event(p, replacement) not in (None, "start"),
+                    timeout=60,
+                    what="the replacement to start copying",
+                )
+                self.counts["replaced"] += 1
+        finally:
+            zombie.send_signal(signal.SIGCONT)
+        code = zombie.wait(timeout=90)
+        events = read_events(workload.history_path(p, instance))
+        if code == EXIT_FENCED:
+            self.counts["fenced"] += 1
+        paused_in = [e["txn"] for e in events if e["e"] == "begin" and e["t"] < self._paused]
+        self.zombies.append(TxnKey(p, instance, paused_in[-1]))
+        committed_after = [e for e in events if e["e"] == "commit_ok" and e["t"] > self._paused]
+        self.counts["zombie commits"] += len(committed_after)
+        with workload.lock:
+            slot.exits[instance] = code
+            slot.held = False  # without a replacement the supervisor starts a new instance
+        self.counts["injected"] += 1
+
+    def _pause_in_transaction(
+        self, workload: Workload, zombie: subprocess.Popen[bytes], p: int, instance: int
+    ) -> int:
+        """SIGSTOP the copier at a moment it has a transaction open at the coordinator;
+        returns the producer epoch it holds."""
+        path = workload.history_path(p, instance)
+        wait_until(
+            lambda: any(e["e"] == "init" for e in read_events(path)),
+            timeout=60,
+            what="the copier to get its producer id",
+        )
+        epoch = next(e["producer_epoch"] for e in read_events(path) if e["e"] == "init")
+        url, tid = workload.cluster.bootstrap(), workload.tid(p)
+        for _ in range(200):
+            wait_until(
+                lambda: workload.last_event(p, instance) == "begin" or zombie.poll() is not None,
+                timeout=60, interval=0.005, what="the copier to begin a transaction",
+            )  # fmt: skip
+            assert zombie.poll() is None, f"copier {p} finished before it could be paused"
+            os.kill(zombie.pid, signal.SIGSTOP)
+            self._paused = time.monotonic()
+            view = describe_txn(url, tid) or {}
+            if (
+                workload.last_event(p, instance) == "begin"
+                and view.get("state") == "Ongoing"
+                and view.get("producer_epoch") == epoch
+            ):
+                return int(epoch)
+            os.kill(zombie.pid, signal.SIGCONT)  # between calls: try the next transaction
+        raise AssertionError("could not pause the copier inside a transaction")
+
+    def problems(self, workload: Workload, injections: int, history: History) -> list[str]:
+        found = super().problems(workload, injections, history)
+        if self.counts["fenced"] != self.counts["injected"]:
+            found.append(f"only {self.counts['fenced']} zombies were fenced")
+        if self.counts["zombie commits"]:
+            found.append(f"zombies committed {self.counts['zombie commits']} transactions")
+        if injections > 1 and not self.counts["replaced"]:
+            found.append("no zombie met a replacement")
+        for records in history.output.values():
+            for _, raw in records:
+                key = OutputValue.decode(raw).key
+                for zombie in self.zombies:
+                    if key[:2] == zombie[:2] and key.txn >= zombie.txn:
+                        found.append(f"a record of zombie transaction {key} is visible")
+        return found
+
+
+class CopierKill(Fault):
+    """SIGKILL a copier at a chosen moment (inside a transaction, while its commit request
+    is out, while its abort is out) and let the supervisor start it again with the same
+    transactional id."""
+
+    name = "copier SIGKILL + restart"
+    MOMENTS = ("begin", "commit_start", "abort_start")
+
+    def inject(self, workload: Workload, k: int) -> None:
+        slot = _live_slot(workload, k)
+        p = slot.partition
+        with workload.lock:
+            slot.held = True
+            process, instance = slot.process, slot.instance
+        assert process is not None
+        moment = self.MOMENTS[k % len(self.MOMENTS)]
+        try:
+            wait_until(
+                lambda: workload.last_event(p, instance) == moment or process.poll() is not None,
+                timeout=60, interval=0.002, what=f"copier {p} to reach {moment}",
+            )  # fmt: skip
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=10)
+            self.counts[f"killed at {moment}"] += 1
+        finally:
+            with workload.lock:
+                slot.held = False
+        self.counts["injected"] += 1
+
+
+class ProxyFaults(Fault):
+    """Answers between a coordinator and a node slowed and dropped after the request was
+    applied, in both directions (markers and partition calls one way, transaction
+    verification the other); every other window also client traffic to that node."""
+
+    name = "coordinator<->node slow/dropped answers"
+    spec = ClusterSpec(proxied_node=1)
+    WANT = 2  # answers dropped on the node's side per window (and one on the other side)
+
+    def inject(self, workload: Workload, k: int) -> None:
+        cluster = workload.cluster
+        node, coordinator = cluster.node_proxy, cluster.coordinator_proxy
+        assert node is not None and coordinator is not None
+        proxies = [node, coordinator]
+        paths = ("/internal/",) if k % 2 == 0 else ("/internal/", "/v1/")
+        plan = FaultPlan(paths=paths, delay_rate=0.3, delay_s=0.4, drop_rate=0.35)
+        before = [proxy.counts["dropped"] for proxy in proxies]
+        for proxy in proxies:
+            proxy.set_plan(plan)
+
+        def dropped() -> tuple[int, int]:
+            return (node.counts["dropped"] - before[0], coordinator.counts["dropped"] - before[1])
+
+        try:
+            wait_until(
+                lambda: (dropped()[0] >= self.WANT and dropped()[1] >= 1) or workload.all_done(),
+                timeout=90, interval=0.05, what="answers dropped both ways",
+            )  # fmt: skip
+        finally:
+            for proxy in proxies:
+                proxy.set_plan(NO_FAULTS)
+        assert dropped()[0] >= self.WANT and dropped()[1] >= 1, (
+            f"window {k}: dropped {dropped()} (node side, coordinator side) before the copy "
+            f"ended; counts {[dict(p.counts) for p in proxies]}"
+        )
+        for name, proxy in zip(("node", "coordinator"), proxies, strict=True):
+            self.counts[f"dropped at {name}"] = proxy.counts["dropped"]
+            self.counts[f"delayed at {name}"] = proxy.counts["delayed"]
+        self.counts["injected"] += 1
+
+
+FAULTS: list[type[Fault]] = [
+    NodeKill,
+    CoordinatorKill,
+    PostgresRestart,
+    CopierPause,
+    CopierKill,
+    ProxyFaults,
+]
+
+
+def run_dir(root: Path, fault: Fault) -> Path:
+    return root / type(fault).__name__.lower()
