@@ -17,6 +17,7 @@ COPY coordinator_service ./coordinator_service
 COPY spark_jobs ./spark_jobs
 COPY migrations ./migrations
 COPY eos_cli ./eos_cli
+COPY eos_security ./eos_security
 RUN pip install --no-cache-dir '.[spark]'
 
 RUN useradd --create-home --uid 1000 eos && mkdir -p /data && chown eos /data

@@ -12,6 +12,8 @@ The parts (each also runnable alone through its own script):
   three numbers of open transactions; end-to-end commit-to-visible latency; limit:
   PostgreSQL one-row-update transactions per second (pgbench);
 * ``failover``: SIGKILL the lease owner of two coordinators, time until the survivor commits;
+* ``auth`` (``bench/bench_auth.py``): produce and fetch on a node with authentication and
+  ACLs off, then on; limit: the no-op FastAPI server;
 * ``sdk`` and ``spark`` (``bench/suite_clients.py``).
 
 The machine is shared with whatever else runs on it; figures are noisy, and the cheap
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PARTS = ("node", "coordinator", "failover", "sdk", "spark")
+PARTS = ("node", "coordinator", "failover", "auth", "sdk", "spark")
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,11 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
     if spark and spark.get("runs"):
         last = spark["runs"][-1]
         out["spark_exactly_once/at_least_once"] = last["ratio"]
+    auth = res.get("auth")
+    if auth:
+        for kind in ("produce", "fetch"):
+            off = auth[f"{kind}_records_per_s_auth_off"] or 1
+            out[f"{kind}_auth_on/off"] = auth[f"{kind}_records_per_s_auth_on"] / off
     fo = res.get("failover")
     if fo and "seconds" in fo:
         out["failover/lease"] = fo["seconds"] / (fo["lease_ms"] / 1000)
@@ -193,6 +200,11 @@ async def run_suite(
                 elif part == "failover":
                     progress("failover: SIGKILL the lease owner")
                     res["failover"] = await asyncio.to_thread(failover, plan.lease_ms)
+                elif part == "auth":
+                    from bench.bench_auth import main_async as run_auth
+
+                    progress("auth: produce and fetch with auth off, then on")
+                    res["auth"] = await run_auth(plan.fetch_s, 1 if plan.quick else 3)
                 elif part == "sdk":
                     res["sdk"] = await asyncio.to_thread(run_sdk, plan, progress)
                 elif part == "spark":

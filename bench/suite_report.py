@@ -53,7 +53,7 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
         r = _pct(ratio) if ratio is not None else ""
         w(f"{name:<58}{value:>16}{a}{b}{r:>10}\n")
 
-    for part in ("node", "coordinator", "failover", "sdk", "spark"):
+    for part in ("node", "coordinator", "failover", "auth", "sdk", "spark"):
         if part in res and _ok(res, part) is None:
             w(f"{part}: FAILED {res[part].get('error', '')[:300]}\n")
     node = _ok(res, "node")
@@ -119,6 +119,15 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
             None, None, ratios.get("failover/lease"))
         row("  limit: lease time (s)", f"{fo['lease_ms'] / 1000:.3f}")
         w("-" * WIDTH + "\n")
+    auth = _ok(res, "auth")
+    if auth:
+        for kind, label in (("produce", "produce"), ("fetch", "read_committed fetch")):
+            row(f"{label} (rec/s), auth off", f"{auth[f'{kind}_records_per_s_auth_off']:,.0f}")
+            row(f"{label} (rec/s), auth and ACLs on",
+                f"{auth[f'{kind}_records_per_s_auth_on']:,.0f}", None, None,
+                ratios.get(f"{kind}_auth_on/off"))
+        row("  limit: no-op FastAPI produce (rec/s)", f"{auth['noop_produce_records_per_s']:,.0f}")
+        w("-" * WIDTH + "\n")
     sdk = _ok(res, "sdk")
     if sdk:
         raw = sdk["raw_httpx"]["records_per_s"] or 1
@@ -136,8 +145,8 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
                 f"{s['exactly_once_records_per_s']:,}", None, None, s["ratio"])
         w("-" * WIDTH + "\n")
     w("vs limit: the figure over its limit (restart and failover: time over the limit's time; "
-      "coordinator: txn/s over pgbench tps;\n  sdk: over raw httpx; spark exactly-once: over "
-      "at-least-once). sdk p50 column: mean ms in commit_transaction.\n")
+      "coordinator: txn/s over pgbench tps;\n  auth: on over off; sdk: over raw httpx; "
+      "spark exactly-once: over at-least-once). sdk p50 column: mean ms in commit_transaction.\n")
     w(f"total {res.get('bench_seconds', 0):.0f} s; per part: {res.get('timings_s', {})}\n")
 
 

@@ -18,7 +18,16 @@ import anyio
 import httpx
 from fastapi import FastAPI
 
-from coordinator_service.api import admin, health, hotpaths, internal, metadata, transactions
+from coordinator_service.acls import AclRules
+from coordinator_service.api import (
+    acls,
+    admin,
+    health,
+    hotpaths,
+    internal,
+    metadata,
+    transactions,
+)
 from coordinator_service.clock import Clock, SystemClock
 from coordinator_service.db.engine import Database, make_engine, upgrade
 from coordinator_service.expiry import ExpiryScanner
@@ -33,7 +42,10 @@ from coordinator_service.settings import CoordinatorSettings
 from coordinator_service.transactions.batcher import WriteBatcher
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
 from coordinator_service.transactions.store import TransactionStore
-from sdk.protocol.server import install_error_handlers
+from eos_security import access as access_control
+from eos_security.access import AccessControl
+from eos_security.authorizer import Authorizer
+from sdk.protocol.server import RequestShape, install_error_handlers
 
 log = logging.getLogger("eos.coordinator")
 
@@ -50,6 +62,8 @@ def create_app(
     ``services.expiry.run_once()`` and ``services.leases.run_round()`` themselves)."""
     txn_clock = clock or SystemClock()
     leases_clock = lease_clock or SystemClock()
+    access = AccessControl(settings.token_registry(), Authorizer(settings.super_user_list))
+    access_control.ensure_internal_token_distinct(access.tokens, settings.internal_token)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -66,6 +80,7 @@ def create_app(
             transport=node_transport,
             timeout=settings.node_timeout_ms / 1000,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            verify=settings.client_verify(),
         )
         metrics = CoordinatorMetrics()
         md = Metadata(
@@ -108,11 +123,14 @@ def create_app(
             coordinator, clock=txn_clock, interval_ms=settings.expiry_scan_interval_ms,
             expiration_ms=settings.transactional_id_expiration_ms,
         )
+        acl_rules = AclRules(db, access.authorizer, refresh_interval_ms=settings.acl_refresh_ms)
+        await acl_rules.reload()
+        access.refresh = acl_rules.reload
         app.state.services = Services(
             settings=settings, clock=txn_clock, lease_clock=leases_clock, db=db, store=store,
             http=http, metadata=md, producer_ids=pids, markers=markers,
             coordinator=coordinator, leases=leases, expiry=expiry, metrics=metrics,
-            node_id=node_id, writer=writer,
+            node_id=node_id, writer=writer, access=access, acl_rules=acl_rules,
         )
         writer.start()
         markers.start(coordinator.complete_jobs)
@@ -120,6 +138,7 @@ def create_app(
         try:
             await leases.start()
             tasks.append(asyncio.create_task(md.run_reconciler(), name="reconciler"))
+            tasks.append(asyncio.create_task(acl_rules.run_forever(), name="acls"))
             if background:
                 tasks.append(asyncio.create_task(leases.run_forever(), name="leases"))
                 tasks.append(asyncio.create_task(expiry.run_forever(), name="expiry"))
@@ -153,7 +172,10 @@ def create_app(
     app.include_router(health.router)
     app.include_router(metadata.router)
     app.include_router(admin.router)
+    app.include_router(acls.router)
     app.include_router(transactions.router)
     internal.install(app, settings.internal_token)
     hotpaths.install(app, settings.internal_token)
+    access_control.install(app, access, settings.internal_token)
+    app.add_middleware(RequestShape)  # outermost: malformed requests stop here
     return app

@@ -60,6 +60,8 @@ def run_coordinator(settings: CoordinatorSettings) -> None:
         log_level=settings.log_level,
         log_format=settings.log_format,
         graceful_shutdown_s=5,
+        tls_cert=str(settings.tls_cert) if settings.tls_cert else None,
+        tls_key=str(settings.tls_key) if settings.tls_key else None,
     )
 
 

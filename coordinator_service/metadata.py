@@ -84,6 +84,19 @@ def bootstrap(
     if exists is None and node_ids:
         placement = place(CONSUMER_OFFSETS_TOPIC, offsets_partitions, node_ids)
         _insert_topic(conn, CONSUMER_OFFSETS_TOPIC, placement, True, now_ms)
+    # A restart under the same --instance-id keeps its row (and so its node id).
+    known = conn.execute(
+        sa.select(coordinator_instances.c.id).where(
+            coordinator_instances.c.instance_id == instance_id
+        )
+    ).scalar()
+    if known is not None:
+        conn.execute(
+            coordinator_instances.update()
+            .where(coordinator_instances.c.id == known)
+            .values(url=url, started_ms=now_ms)
+        )
+        return str(cluster_id), int(known)
     instance = conn.execute(
         coordinator_instances.insert().values(instance_id=instance_id, url=url, started_ms=now_ms)
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from coordinator_service.acls import AclRules
 from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database
 from coordinator_service.expiry import ExpiryScanner
@@ -18,6 +19,7 @@ from coordinator_service.settings import CoordinatorSettings
 from coordinator_service.transactions.batcher import WriteBatcher
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
 from coordinator_service.transactions.store import TransactionStore
+from eos_security.access import AccessControl
 
 
 @dataclass
@@ -37,3 +39,5 @@ class Services:
     metrics: CoordinatorMetrics
     node_id: int
     writer: WriteBatcher
+    access: AccessControl
+    acl_rules: AclRules

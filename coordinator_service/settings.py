@@ -11,7 +11,10 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from eos_security.settings import SecuritySettings
+from sdk.protocol.acl import PRINCIPAL_RE
 
 
 def parse_nodes(spec: str) -> dict[int, str]:
@@ -28,7 +31,11 @@ def parse_nodes(spec: str) -> dict[int, str]:
     return nodes
 
 
-class CoordinatorSettings(BaseSettings):
+def parse_principals(spec: str) -> list[str]:
+    return [item.strip() for item in spec.split(",") if item.strip()]
+
+
+class CoordinatorSettings(SecuritySettings):
     """One coordinator instance. Defaults follow Kafka where Kafka has one (DESIGN.md §5)."""
 
     model_config = SettingsConfigDict(env_prefix="EOS_", extra="ignore")
@@ -64,6 +71,13 @@ class CoordinatorSettings(BaseSettings):
     reconcile_interval_ms: int = Field(default=2_000, ge=10)
     db_pool_size: int = Field(default=16, ge=1)
     migrate_on_start: bool = Field(default=True, description="Run alembic upgrade on start.")
+    super_users: str = Field(
+        default="",
+        description="Principals allowed everything without ACLs: User:admin,User:ops.",
+    )
+    acl_refresh_ms: int = Field(
+        default=5_000, ge=100, description="How often the ACLs are read again."
+    )
     log_level: str = Field(default="info")
     log_format: Literal["json", "text"] = Field(default="json", description="json or text")
 
@@ -72,6 +86,18 @@ class CoordinatorSettings(BaseSettings):
     def _nodes_parse(cls, value: str) -> str:
         parse_nodes(value)
         return value
+
+    @field_validator("super_users")
+    @classmethod
+    def _super_users_parse(cls, value: str) -> str:
+        for name in parse_principals(value):
+            if not PRINCIPAL_RE.fullmatch(name) or name.endswith(":*"):
+                raise ValueError(f"bad super user {name!r}: expected User:name")
+        return value
+
+    @property
+    def super_user_list(self) -> list[str]:
+        return parse_principals(self.super_users)
 
     @property
     def node_urls(self) -> dict[int, str]:
@@ -85,7 +111,7 @@ class CoordinatorSettings(BaseSettings):
 
     @property
     def effective_public_url(self) -> str:
-        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+        return (self.public_url or f"{self.scheme}://{self.host}:{self.port}").rstrip("/")
 
     @property
     def lease_renew_interval_ms(self) -> int:

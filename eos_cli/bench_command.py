@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("node", "coordinator", "failover", "sdk", "spark")
+PARTS = ("node", "coordinator", "failover", "auth", "sdk", "spark")
 
 
 def _bench_on_path() -> None:

@@ -27,6 +27,9 @@ def up(
         typer.Option(envvar="EOS_DATABASE_URL", help="PostgreSQL URL (default: SQLite)."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="Log level of the services.")] = "warning",
+    auth: Annotated[
+        bool, typer.Option("--auth", help="Authentication and ACLs on; a super user's token.")
+    ] = False,
 ) -> None:
     """Start one coordinator and three storage nodes on loopback ports; Ctrl-C stops them."""
     try:
@@ -37,6 +40,7 @@ def up(
             port_base=port_base,
             database_url=database_url,
             log_level=log_level,
+            auth=auth,
         )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

@@ -6,9 +6,14 @@ this module only assembles them.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from coordinator_service.cli import register as register_coordinator
+from eos_cli.auth_commands import register as register_auth
 from eos_cli.bench_command import register as register_bench
 from eos_cli.cluster_commands import register as register_cluster
 from eos_cli.commands import register as register_everyday
@@ -23,7 +28,30 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def credentials(
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="EOS_TOKEN", help="Bearer token for clusters with auth on.",
+                     show_default=False),
+    ] = None,
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(envvar="EOS_CA_FILE", help="CA bundle for https:// services."),
+    ] = None,
+) -> None:
+    """EOS: exactly-once transactions over HTTP."""
+    # Every SDK client of this process (and a Spark job's executors) reads these.
+    if token:
+        os.environ["EOS_TOKEN"] = token
+    if ca_file:
+        os.environ["EOS_CA_FILE"] = str(ca_file)
+
+
 register_cluster(app)
+register_auth(app)
 register_demo(app)
 register_everyday(app)
 register_node(app)

@@ -3,7 +3,8 @@
 One coordinator (or several, on PostgreSQL) and M storage nodes run as child processes,
 each with its own data directory under ``--data-dir`` and its log file beside it. The
 cluster's internal token is made once and kept in the data directory, so a restart of
-``eos up`` finds the same cluster: same data, same token, same ports. Ctrl-C or SIGTERM
+``eos up`` finds the same cluster: same data, same token, same ports. With ``--auth`` it
+also makes a tokens file and a super user's token there. Ctrl-C or SIGTERM
 stops every child cleanly (SIGTERM, then SIGKILL for any that hangs).
 """
 
@@ -22,7 +23,10 @@ from types import FrameType
 import httpx
 from rich.console import Console
 
+from eos_security.tokens import new_token, token_entry
+
 console = Console(stderr=True)
+ADMIN = "User:admin"
 
 
 @dataclass
@@ -75,6 +79,7 @@ class ClusterPlan:
     host: str = "127.0.0.1"
     database_url: str | None = None
     log_level: str = "warning"
+    auth: bool = False
     children: list[Child] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -98,6 +103,20 @@ class ClusterPlan:
         if not path.exists():
             self.data_dir.mkdir(parents=True, exist_ok=True)
             path.write_text(secrets.token_urlsafe(32))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    def admin_token(self) -> str:
+        """With ``auth``: the super user's token, made on first start with the tokens file
+        (which holds only its hash) and kept beside the internal token, as a local
+        cluster's operator needs it again after a restart."""
+        path = self.data_dir / "admin-token"
+        tokens = self.data_dir / "tokens.toml"
+        if not path.exists() or not tokens.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            token = new_token()
+            tokens.write_text(token_entry(ADMIN, token))
+            path.write_text(token)
             path.chmod(0o600)
         return path.read_text().strip()
 
@@ -158,6 +177,10 @@ class ClusterPlan:
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         env["EOS_INTERNAL_TOKEN"] = self.internal_token()
+        if self.auth:
+            self.admin_token()
+            env["EOS_AUTH_TOKENS_FILE"] = str(self.data_dir / "tokens.toml")
+            env["EOS_SUPER_USERS"] = ADMIN
         return env
 
 
@@ -215,6 +238,9 @@ def run_up(plan: ClusterPlan) -> int:
         return 1
     for child in cluster.children:
         print(f"{child.name:<14} {child.url}", flush=True)
+    if plan.auth:
+        print(f"auth on: export EOS_TOKEN=$(cat {plan.data_dir / 'admin-token'})  "
+              f"({ADMIN}, a super user; eos auth new-token adds others)", flush=True)
     print(
         f"cluster ready: bootstrap {cluster.bootstrap_url}  (data in {plan.data_dir})", flush=True
     )

@@ -7,12 +7,18 @@ last thing a clean shutdown does is flush and checkpoint every partition.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from eos_security import access as access_control
+from eos_security.access import AccessControl
+from eos_security.authorizer import Authorizer
+from partition_service.acls import AclFetcher
 from partition_service.api import groups, health, internal, records
 from partition_service.context import NodeContext
 from partition_service.log.log import LogConfig
@@ -25,7 +31,12 @@ from partition_service.verification import (
     TransactionVerifier,
     TrustingVerifier,
 )
-from sdk.protocol.server import BodyLimit, install_error_handlers, internal_token_checker
+from sdk.protocol.server import (
+    BodyLimit,
+    RequestShape,
+    install_error_handlers,
+    internal_token_checker,
+)
 
 log = logging.getLogger("eos.node")
 
@@ -33,7 +44,9 @@ log = logging.getLogger("eos.node")
 def build_verifier(settings: NodeSettings) -> TransactionVerifier:
     if settings.txn_verification == "off":
         return TrustingVerifier()
-    return CoordinatorVerifier(settings.coordinator_url, settings.internal_token)
+    return CoordinatorVerifier(
+        settings.coordinator_url, settings.internal_token, verify=settings.client_verify()
+    )
 
 
 def create_app(settings: NodeSettings | None = None) -> FastAPI:
@@ -50,25 +63,39 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
         limits=Limits(max_record_bytes=settings.max_record_bytes),
         group_offset_partitions=settings.group_offset_partitions,
     )
+    authorizer = Authorizer()
+    fetcher = AclFetcher(
+        authorizer, settings.coordinator_url, settings.internal_token,
+        refresh_interval_ms=settings.acl_refresh_ms, verify=settings.client_verify(),
+    )
+    access = AccessControl(settings.token_registry(), authorizer, refresh=fetcher.refresh)
+    access_control.ensure_internal_token_distinct(access.tokens, settings.internal_token)
     context = NodeContext(
         settings=settings,
         registry=registry,
         verifier=build_verifier(settings),
         metrics=NodeMetrics(registry),
+        access=access,
     )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         count = registry.load_all()
         registry.start()
+        rules = asyncio.create_task(fetcher.run_forever()) if access.enabled else None
         context.ready = True
         log.info("node %d ready with %d partitions", settings.node_id, count)
         try:
             yield
         finally:
             context.ready = False
+            if rules is not None:
+                rules.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await rules
             await registry.stop()
             await context.verifier.close()
+            await fetcher.close()
 
     app = FastAPI(
         title="EOS storage node",
@@ -82,4 +109,6 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
     for router in (records.router, groups.router, internal.router, health.router):
         app.include_router(router)
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
+    access_control.install(app, access, settings.internal_token)
+    app.add_middleware(RequestShape)  # outermost: malformed requests stop here
     return app

@@ -22,6 +22,8 @@ def run_node(settings: NodeSettings) -> None:
         log_level=settings.log_level,
         log_format=settings.log_format,
         graceful_shutdown_s=10,
+        tls_cert=str(settings.tls_cert) if settings.tls_cert else None,
+        tls_key=str(settings.tls_key) if settings.tls_key else None,
     )
 
 
@@ -57,6 +59,21 @@ def register(app: typer.Typer) -> None:
         group_offset_partitions: Annotated[
             int, typer.Option(envvar="EOS_GROUP_OFFSET_PARTITIONS")
         ] = 50,
+        auth_tokens_file: Annotated[
+            Path | None,
+            typer.Option(envvar="EOS_AUTH_TOKENS_FILE", help="Client tokens: turns auth on."),
+        ] = None,
+        acl_refresh_ms: Annotated[int, typer.Option(envvar="EOS_ACL_REFRESH_MS")] = 5_000,
+        tls_cert: Annotated[
+            Path | None, typer.Option(envvar="EOS_TLS_CERT", help="PEM certificate: HTTPS.")
+        ] = None,
+        tls_key: Annotated[
+            Path | None, typer.Option(envvar="EOS_TLS_KEY", help="PEM key of --tls-cert.")
+        ] = None,
+        tls_ca_file: Annotated[
+            Path | None,
+            typer.Option(envvar="EOS_TLS_CA_FILE", help="CA bundle for calls to coordinators."),
+        ] = None,
         log_level: Annotated[str, typer.Option(envvar="EOS_LOG_LEVEL")] = "info",
         log_format: Annotated[
             str, typer.Option(envvar="EOS_LOG_FORMAT", help="json | text")
@@ -79,6 +96,11 @@ def register(app: typer.Typer) -> None:
             max_record_bytes=max_record_bytes,
             max_request_bytes=max_request_bytes,
             group_offset_partitions=group_offset_partitions,
+            auth_tokens_file=auth_tokens_file,
+            acl_refresh_ms=acl_refresh_ms,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_ca_file=tls_ca_file,
             log_level=log_level,
             log_format=log_format,
         )

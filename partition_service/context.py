@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from eos_security.access import AccessControl
 from partition_service.metrics import NodeMetrics
 from partition_service.registry import PartitionRegistry
 from partition_service.settings import NodeSettings
@@ -19,6 +20,7 @@ class NodeContext:
     registry: PartitionRegistry
     verifier: TransactionVerifier
     metrics: NodeMetrics
+    access: AccessControl
     ready: bool = False
 
 

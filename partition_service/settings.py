@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from eos_security.settings import SecuritySettings
 
 
-class NodeSettings(BaseSettings):
+class NodeSettings(SecuritySettings):
     model_config = SettingsConfigDict(env_prefix="EOS_", extra="ignore")
 
     node_id: int = Field(default=1, ge=0, description="This node's id in the cluster.")
@@ -38,5 +40,8 @@ class NodeSettings(BaseSettings):
     max_record_bytes: int = Field(default=1024 * 1024, ge=1)
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     group_offset_partitions: int = Field(default=50, ge=1, le=1000)
+    acl_refresh_ms: int = Field(
+        default=5_000, ge=100, description="How often the ACLs are fetched from the coordinator."
+    )
     log_level: str = Field(default="info")
     log_format: Literal["json", "text"] = Field(default="json", description="json or text")

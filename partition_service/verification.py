@@ -18,6 +18,7 @@ the services' shared keep-alive HTTP/1.1 client (``sdk/protocol/keepalive.py``).
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import Protocol
 
 import httpx
@@ -38,8 +39,11 @@ log = logging.getLogger("eos.node.verification")
 
 
 class TransactionVerifier(Protocol):
-    async def verify(self, producer_id: int, producer_epoch: int, tp: TopicPartition) -> None:
-        """Raise unless the producer's current transaction includes ``tp``."""
+    async def verify(
+        self, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> str | None:
+        """Raise unless the producer's current transaction includes ``tp``; answer the
+        transactional id it belongs to (None when not known), for the ACL check."""
 
     async def close(self) -> None: ...
 
@@ -47,7 +51,9 @@ class TransactionVerifier(Protocol):
 class TrustingVerifier:
     """For a node run without a coordinator (tests of the node alone): accepts every batch."""
 
-    async def verify(self, producer_id: int, producer_epoch: int, tp: TopicPartition) -> None:
+    async def verify(
+        self, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> str | None:
         return None
 
     async def close(self) -> None:
@@ -64,6 +70,7 @@ class CoordinatorVerifier:
         *,
         timeout_s: float = 5.0,
         client: httpx.AsyncClient | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.coordinator_url = coordinator_url.rstrip("/") if coordinator_url else None
         self._headers = {**internal_headers(internal_token), "accept": "application/json"}
@@ -76,7 +83,7 @@ class CoordinatorVerifier:
             # one connection per concurrent verification, kept for the next ones
             self._fast = KeepAliveClient(timeout_s=timeout_s, max_idle_per_host=64)
         self._client = client or httpx.AsyncClient(
-            timeout=timeout_s, headers=internal_headers(internal_token)
+            timeout=timeout_s, headers=internal_headers(internal_token), verify=verify
         )
 
     async def _ask(self, producer_id: int) -> tuple[int, bytes]:
@@ -91,7 +98,9 @@ class CoordinatorVerifier:
             ) from exc
         return response.status_code, response.content
 
-    async def verify(self, producer_id: int, producer_epoch: int, tp: TopicPartition) -> None:
+    async def verify(
+        self, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> str | None:
         if self.coordinator_url is None:
             raise CoordinatorNotAvailableError(
                 "this node has no coordinator URL, so it cannot verify transactional batches"
@@ -121,6 +130,7 @@ class CoordinatorVerifier:
                 f"{tp.topic}-{tp.partition} was not added to the transaction of producer "
                 f"{producer_id} (state {view.state.value})"
             )
+        return view.transactional_id
 
     async def close(self) -> None:
         if self._fast is not None:

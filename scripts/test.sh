@@ -23,7 +23,7 @@ fi
 echo "== ruff"
 .venv/bin/ruff check .
 echo "== mypy"
-.venv/bin/mypy sdk partition_service coordinator_service eos_cli spark_jobs
+.venv/bin/mypy sdk partition_service coordinator_service eos_cli spark_jobs eos_security
 echo "== pytest"
 set +e
 .venv/bin/python -m pytest "$@"

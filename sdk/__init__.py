@@ -18,6 +18,9 @@ Blocking clients and their asyncio twins (``Async*``) behave alike::
 
 Errors: the wire errors of ``sdk.protocol.errors`` (``RetriableError``, ``AbortableError``,
 ``FatalError`` and their codes' classes) and the client's own (``ClientError`` tree).
+
+Credentials: every client takes ``token=`` (a bearer token; default ``EOS_TOKEN``) and
+``ca_file=`` (the CA bundle for ``https://`` services; default ``EOS_CA_FILE``).
 """
 
 from sdk._config import USE_DEFAULT, RetryConfig, UseDefault
@@ -38,6 +41,14 @@ from sdk.aio.consumer import AsyncConsumer
 from sdk.aio.producer import AsyncProducer, AsyncTransactionalProducer
 from sdk.consumer import Consumer
 from sdk.producer import Producer, TransactionalProducer
+from sdk.protocol.acl import (
+    AclBinding,
+    AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
 from sdk.protocol.errors import (
     AbortableError,
     ConcurrentTransactionsError,
@@ -76,6 +87,8 @@ from sdk.protocol.errors import (
 __all__ = [
     "USE_DEFAULT",
     "AbortableError",
+    "AclBinding",
+    "AclFilter",
     "AdminClient",
     "AsyncAdminClient",
     "AsyncConsumer",
@@ -106,13 +119,17 @@ __all__ = [
     "NotLeaderOrFollowerError",
     "OffsetAndMetadata",
     "OffsetOutOfRangeError",
+    "Operation",
     "OutOfOrderSequenceNumberError",
+    "PatternType",
+    "Permission",
     "PlainError",
     "Producer",
     "ProducerClosedError",
     "ProducerFencedError",
     "ProducerState",
     "RecordMetadata",
+    "ResourceType",
     "RetriableError",
     "RetryConfig",
     "TopicAlreadyExistsError",

@@ -70,7 +70,9 @@ class ProducerConfig:
     ``linger_ms`` and ``batch_size`` (bytes) shape the batches of each partition;
     ``max_in_flight`` (at most 5, Kafka's limit for idempotence) is how many batches of one
     partition may await their acknowledgement; ``delivery_timeout_ms`` bounds the time
-    from ``send`` to the acknowledgement, retries included.
+    from ``send`` to the acknowledgement, retries included. ``token`` (default: the
+    ``EOS_TOKEN`` variable) is sent as a bearer token; ``ca_file`` (default: ``EOS_CA_FILE``)
+    is the CA bundle that ``https://`` services are verified against.
     """
 
     bootstrap_url: str
@@ -83,6 +85,8 @@ class ProducerConfig:
     max_block_ms: int = 60_000
     retry: RetryConfig = field(default_factory=RetryConfig)
     headers: dict[str, str] = field(default_factory=dict)
+    token: str | None = None
+    ca_file: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_in_flight <= 5:
@@ -102,7 +106,8 @@ class ProducerConfig:
 @dataclass(frozen=True)
 class ConsumerConfig:
     """Settings of ``Consumer``. ``auto_offset_reset`` applies when a partition has no
-    committed offset (or the committed one is out of range): ``earliest`` or ``latest``."""
+    committed offset (or the committed one is out of range): ``earliest`` or ``latest``.
+    ``token`` and ``ca_file`` are as in ``ProducerConfig``."""
 
     bootstrap_url: str
     group_id: str | None = None
@@ -113,6 +118,8 @@ class ConsumerConfig:
     fetch_max_wait_ms: int = 500
     retry: RetryConfig = field(default_factory=RetryConfig)
     headers: dict[str, str] = field(default_factory=dict)
+    token: str | None = None
+    ca_file: str | None = None
 
     def __post_init__(self) -> None:
         if self.isolation_level not in ("read_committed", "read_uncommitted"):

@@ -15,7 +15,9 @@ or a wrapper that injects faults); that is the only seam tests need.
 from __future__ import annotations
 
 import enum
+import os
 import random
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +66,9 @@ class Req(enum.StrEnum):
     DESCRIBE_TRANSACTION = "describe_transaction"
     DESCRIBE_PRODUCERS = "describe_producers"
     FORCE_ABORT = "force_abort"
+    LIST_ACLS = "list_acls"
+    CREATE_ACLS = "create_acls"
+    DELETE_ACLS = "delete_acls"
 
 
 class Verdict(enum.Enum):
@@ -143,6 +148,11 @@ POLICIES: dict[Req, RetryPolicy] = {
     Req.DESCRIBE_TRANSACTION: RetryPolicy(idempotent=True),
     Req.DESCRIBE_PRODUCERS: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
     Req.FORCE_ABORT: RetryPolicy(idempotent=True),
+    Req.LIST_ACLS: RetryPolicy(idempotent=True),
+    # Creating a binding that exists is harmless, and so is deleting one that is gone
+    # (though a repeat's answer then lists fewer deleted bindings).
+    Req.CREATE_ACLS: RetryPolicy(idempotent=True),
+    Req.DELETE_ACLS: RetryPolicy(idempotent=True),
 }
 
 
@@ -247,11 +257,23 @@ class _RetryShape:
         }
 
 
-def _client_kwargs(retry: RetryConfig, headers: dict[str, str]) -> dict[str, Any]:
+TOKEN_ENV = "EOS_TOKEN"
+CA_FILE_ENV = "EOS_CA_FILE"
+
+
+def _client_kwargs(
+    retry: RetryConfig, headers: dict[str, str], token: str | None, ca_file: str | None
+) -> dict[str, Any]:
+    """The httpx client's settings. The token and CA bundle default to ``EOS_TOKEN`` and
+    ``EOS_CA_FILE``, so a job gets its credentials from its environment, not its code."""
+    token = token or os.environ.get(TOKEN_ENV) or None
+    ca_file = ca_file or os.environ.get(CA_FILE_ENV) or None
+    auth = {"authorization": f"Bearer {token}"} if token else {}
     return {
         "timeout": retry.request_timeout_ms / 1000,
-        "headers": {"content-type": "application/json", **headers},
+        "headers": {"content-type": "application/json", **auth, **headers},
         "limits": httpx.Limits(max_connections=200, max_keepalive_connections=100),
+        "verify": ssl.create_default_context(cafile=ca_file) if ca_file else True,
     }
 
 
@@ -289,9 +311,13 @@ class SyncTransport:
         *,
         transport: httpx.BaseTransport | None = None,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.retry = retry
-        self.client = httpx.Client(transport=transport, **_client_kwargs(retry, headers or {}))
+        self.client = httpx.Client(
+            transport=transport, **_client_kwargs(retry, headers or {}, token, ca_file)
+        )
 
     def send_once(
         self,
@@ -351,9 +377,13 @@ class AsyncTransport:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.retry = retry
-        self.client = httpx.AsyncClient(transport=transport, **_client_kwargs(retry, headers or {}))
+        self.client = httpx.AsyncClient(
+            transport=transport, **_client_kwargs(retry, headers or {}, token, ca_file)
+        )
 
     async def send_once(
         self,

@@ -1,5 +1,5 @@
 # Generated from sdk/aio/admin.py by sdk/_unasync.py: edit that file, not this one.
-"""``AdminClient``: topics, cluster metadata and transactions (blocking twin).
+"""``AdminClient``: topics, cluster metadata, transactions and ACLs (blocking twin).
 
 Cluster-wide questions go to the coordinator named by ``bootstrap_url`` (any instance
 answers them from the shared store); ``describe_producers`` asks the partition's storage
@@ -17,6 +17,15 @@ from sdk._config import USE_DEFAULT, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._metadata import MetadataCache, find_coordinator_params, topic_path
 from sdk._transport import Req, SyncTransport
 from sdk._types import TopicPartition, as_topic_partition
+from sdk.protocol.acl import (
+    AclBinding,
+    AclFilter,
+    AclsResponse,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    ResourceType,
+)
 from sdk.protocol.coordinator import (
     FindCoordinatorResponse,
     MetadataResponse,
@@ -48,11 +57,14 @@ class AdminClient:
         *,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._metadata = MetadataCache(bootstrap_url)
         self._http = SyncTransport(
-            retry or RetryConfig(), transport=transport, headers=headers or {}
+            retry or RetryConfig(), transport=transport, headers=headers or {}, token=token,
+            ca_file=ca_file,
         )
 
     def __enter__(self) -> AdminClient:
@@ -210,6 +222,58 @@ class AdminClient:
             invalidate=self._metadata.invalidate_txn_coordinator,
         )
         return TransactionState(body["state"])
+
+    # --- access control lists --------------------------------------------------------------
+
+    def list_acls(
+        self,
+        *,
+        principal: str | None = None,
+        resource_type: ResourceType | str | None = None,
+        resource_name: str | None = None,
+        timeout: TimeoutArg = USE_DEFAULT,
+    ) -> list[AclBinding]:
+        """The ACL bindings matching the given fields (DescribeAcls); needs describe on the
+        cluster."""
+        params = {
+            name: str(value)
+            for name, value in (
+                ("principal", principal),
+                ("resource_type", resource_type),
+                ("resource_name", resource_name),
+            )
+            if value is not None
+        }
+        body = self._get(Req.LIST_ACLS, "/v1/acls", timeout, params)
+        return AclsResponse.model_validate(body).acls
+
+    def create_acls(
+        self, acls: list[AclBinding], *, timeout: TimeoutArg = USE_DEFAULT
+    ) -> None:
+        """Add ACL bindings (CreateAcls); existing ones are left as they are. Needs alter on
+        the cluster."""
+        self._http.call(
+            Req.CREATE_ACLS,
+            "POST",
+            "/v1/acls",
+            base=self._bootstrap,
+            json=CreateAclsRequest(acls=acls).model_dump(mode="json"),
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+        )
+
+    def delete_acls(
+        self, filters: list[AclFilter], *, timeout: TimeoutArg = USE_DEFAULT
+    ) -> list[AclBinding]:
+        """Delete every binding a filter matches (DeleteAcls); returns those deleted."""
+        body = self._http.call(
+            Req.DELETE_ACLS,
+            "POST",
+            "/v1/acls/delete",
+            base=self._bootstrap,
+            json=DeleteAclsRequest(filters=filters).model_dump(mode="json", exclude_none=True),
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+        )
+        return DeleteAclsResponse.model_validate(body).deleted
 
     # --- lookups -------------------------------------------------------------------------
 

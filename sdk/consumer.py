@@ -55,6 +55,8 @@ class Consumer:
         fetch_max_wait_ms: int = 500,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         config = ConsumerConfig(
@@ -66,9 +68,13 @@ class Consumer:
             fetch_max_wait_ms=fetch_max_wait_ms,
             retry=retry or RetryConfig(),
             headers=headers or {},
+            token=token,
+            ca_file=ca_file,
         )
         self._core = ConsumerCore(config)
-        self._http = SyncTransport(config.retry, transport=transport, headers=config.headers)
+        self._http = SyncTransport(config.retry, transport=transport, headers=config.headers,
+            token=config.token, ca_file=config.ca_file,
+        )
 
     def __enter__(self) -> Consumer:
         return self

@@ -36,7 +36,9 @@ class _SyncProducerBase:
     def __init__(self, config: ProducerConfig, transport: httpx.BaseTransport | None) -> None:
         self._config = config
         self._core = ProducerCore(config, batch_future=Future)
-        self._http = SyncTransport(config.retry, transport=transport, headers=config.headers)
+        self._http = SyncTransport(config.retry, transport=transport, headers=config.headers,
+            token=config.token, ca_file=config.ca_file,
+        )
         self._cond = threading.Condition(threading.RLock())
         self._pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="eos-producer")
         self._add_future: Future[None] | None = None
@@ -267,6 +269,8 @@ class Producer(_SyncProducerBase):
         delivery_timeout_ms: int = 120_000,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         config = ProducerConfig(
@@ -277,6 +281,8 @@ class Producer(_SyncProducerBase):
             delivery_timeout_ms=delivery_timeout_ms,
             retry=retry or RetryConfig(),
             headers=headers or {},
+            token=token,
+            ca_file=ca_file,
         )
         super().__init__(config, transport)
 
@@ -310,6 +316,8 @@ class TransactionalProducer(_SyncProducerBase):
         max_block_ms: int = 60_000,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         config = ProducerConfig(
@@ -323,6 +331,8 @@ class TransactionalProducer(_SyncProducerBase):
             max_block_ms=max_block_ms,
             retry=retry or RetryConfig(),
             headers=headers or {},
+            token=token,
+            ca_file=ca_file,
         )
         super().__init__(config, transport)
 

@@ -317,6 +317,9 @@ def run_pipeline(
     return stats
 
 
+CREDENTIAL_VARIABLES = ("EOS_TOKEN", "EOS_CA_FILE")
+
+
 def build_session(
     master: str | None = "local[2]", app_name: str = "eos-pipeline", **conf: str
 ) -> SparkSession:
@@ -332,6 +335,11 @@ def build_session(
         # installed beside it), not whatever ``python3`` is first on the PATH. PySpark
         # reads the variable when the context starts, so the session config is not enough.
         os.environ["PYSPARK_PYTHON"] = sys.executable
+    for variable in CREDENTIAL_VARIABLES:
+        # The SDK in the executors reads its credentials from the same variables; Spark
+        # redacts settings named like *token* in its UI and logs.
+        if os.environ.get(variable):
+            defaults[f"spark.executorEnv.{variable}"] = os.environ[variable]
     for name, value in {**defaults, **conf}.items():
         builder = builder.config(name, value)
     return builder.getOrCreate()

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
+from coordinator_service.api.access import Caller
 from coordinator_service.api.deps import ServicesDep, TransactionalIdPath
 from coordinator_service.transactions.state import TxnRecord
+from sdk.protocol.acl import Operation, ResourceType
 from sdk.protocol.common import Empty, TopicPartition
 from sdk.protocol.coordinator import (
     EndTransactionResponse,
@@ -53,13 +55,15 @@ def describe(rec: TxnRecord) -> TransactionDescription:
     summary="List transactions (ListTransactions)",
     description=(
         "Every transactional id the cluster knows, optionally only those in `state` or "
-        "whose open transaction has run at least `min_duration_ms` (hanging transactions)."
+        "whose open transaction has run at least `min_duration_ms` (hanging transactions). "
+        "Lists only the ids the caller may describe."
     ),
     response_model=ListTransactionsResponse,
-    responses=error_responses(),
+    responses=error_responses("UNAUTHENTICATED"),
 )
 async def list_transactions(
     services: ServicesDep,
+    caller: Caller,
     state: TransactionState | None = Query(default=None),
     min_duration_ms: int | None = Query(default=None, ge=0),
 ) -> ListTransactionsResponse:
@@ -67,6 +71,10 @@ async def list_transactions(
     records = await services.db.run(services.store.list_all, state)
     listings = []
     for rec in records:
+        if not services.access.allowed(
+            caller, ResourceType.TRANSACTIONAL_ID, rec.transactional_id, Operation.DESCRIBE
+        ):
+            continue
         duration = _duration(rec, now)
         if min_duration_ms is not None and (duration is None or duration < min_duration_ms):
             continue
@@ -86,11 +94,14 @@ async def list_transactions(
     operation_id="describeTransaction",
     summary="Describe one transactional id (DescribeTransactions)",
     response_model=TransactionDescription,
-    responses=error_responses("TRANSACTIONAL_ID_NOT_FOUND"),
+    responses=error_responses(
+        "TRANSACTIONAL_ID_NOT_FOUND", "UNAUTHENTICATED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    ),
 )
 async def describe_transaction(
-    tid: TransactionalIdPath, services: ServicesDep
+    tid: TransactionalIdPath, services: ServicesDep, caller: Caller
 ) -> TransactionDescription:
+    await services.access.require(caller, ResourceType.TRANSACTIONAL_ID, tid, Operation.DESCRIBE)
     rec = await services.db.run(services.store.get, tid)
     if rec is None:
         raise TransactionalIdNotFoundError(f"unknown transactional id {tid!r}")
@@ -103,17 +114,18 @@ async def describe_transaction(
     summary="Force-abort a hanging transaction (KIP-664)",
     description=(
         "Aborts the id's open transaction and bumps its epoch, so the producer that "
-        "started it is fenced."
+        "started it is fenced. Needs alter on the cluster."
     ),
     response_model=EndTransactionResponse,
     responses=error_responses(
         "INVALID_REQUEST", "TRANSACTIONAL_ID_NOT_FOUND", "NOT_COORDINATOR",
         "COORDINATOR_NOT_AVAILABLE",
-        "COORDINATOR_LOAD_IN_PROGRESS",
+        "COORDINATOR_LOAD_IN_PROGRESS", "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED",
     ),
 )
 async def force_abort(
-    tid: TransactionalIdPath, _body: Empty, services: ServicesDep
+    tid: TransactionalIdPath, _body: Empty, services: ServicesDep, caller: Caller
 ) -> EndTransactionResponse:
+    await services.access.require_cluster(caller, Operation.ALTER)
     state = await services.coordinator.force_abort(tid)
     return EndTransactionResponse(transactional_id=tid, state=state)

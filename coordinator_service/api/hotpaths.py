@@ -16,12 +16,12 @@ a body it cannot read in one piece or that does not validate, a path parameter F
 would coerce or refuse, a missing internal token, a mounted app — it replays the request
 to the app unchanged, so errors, 422s, 401s and the OpenAPI document stay those of the
 routes in ``transactions.py`` and ``internal.py``, which remain the only declaration of
-the contract.
+the contract. The caller's rights are checked by the same functions as the routes'
+(``access.py``), on the principal the outer ``Authentication`` middleware left in the scope.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,6 +29,8 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from coordinator_service.api.access import may_add_partitions, may_write_transaction
+from eos_security.access import principal_of
 from sdk.protocol.common import MAX_ID_LENGTH, TopicPartition
 from sdk.protocol.coordinator import (
     AddPartitionsRequest,
@@ -38,14 +40,14 @@ from sdk.protocol.coordinator import (
     ProducerTransactionView,
 )
 from sdk.protocol.errors import EosError, UnknownProducerIdError
-from sdk.protocol.server import INTERNAL_TOKEN_HEADER, error_response
+from sdk.protocol.server import INTERNAL_TOKEN_HEADER, bears_internal_token, error_response
 
 MAX_FAST_BODY = 64 * 1024  # larger bodies (hundreds of partitions) take the ordinary route
 MAX_PRODUCER_ID = 2**63 - 1
 TXN_PREFIX = "/v1/transactions/"
 PRODUCER_PREFIX = "/internal/v1/producers/"
 
-Handler = Callable[[Any, str, bytes], Awaitable[bytes]]
+Handler = Callable[[Any, str | None, str, bytes], Awaitable[bytes]]
 
 
 class _NotMine(Exception):
@@ -68,7 +70,7 @@ class HotPaths:
     ) -> None:
         self.app = app
         self._owner = owner
-        self._token = internal_token.encode() if internal_token is not None else None
+        self._token = internal_token
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -96,7 +98,7 @@ class HotPaths:
             await self.app(scope, _replay(messages, receive), send)
             return
         try:
-            answer = await handler(self._owner.state.services, tid, body)
+            answer = await handler(self._owner.state.services, principal_of(scope), tid, body)
         except _NotMine:
             await self.app(scope, _replay(messages, receive), send)
             return
@@ -143,16 +145,9 @@ class HotPaths:
 
     def _authorised(self, scope: Scope) -> bool:
         """The check of ``internal_token_checker``; a refusal is left to the route."""
-        if self._token is None:
-            return False
         wanted = INTERNAL_TOKEN_HEADER.lower().encode()
-        supplied = b""
-        for name, value in scope["headers"]:
-            if name == wanted:
-                supplied = value
-                break
-        scheme, _, token = supplied.decode("latin-1").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), self._token)
+        supplied = next((value for name, value in scope["headers"] if name == wanted), b"")
+        return bears_internal_token(supplied.decode("latin-1"), self._token)
 
 
 # --- handlers: the bodies of the routes in transactions.py ------------------------------
@@ -165,14 +160,18 @@ def _parse(model: type[BaseModel], body: bytes) -> Any:
         raise _NotMine from None
 
 
-async def _add_partitions(services: Any, tid: str, body: bytes) -> bytes:
+async def _add_partitions(services: Any, caller: str | None, tid: str, body: bytes) -> bytes:
     request: AddPartitionsRequest = _parse(AddPartitionsRequest, body)
+    await may_add_partitions(services, caller, tid, request.partitions)
     results = await services.coordinator.add_partitions(tid, request)
     return AddPartitionsResponse(partitions=results).model_dump_json().encode()
 
 
-async def _end(services: Any, tid: str, body: bytes, *, commit: bool) -> bytes:
+async def _end(
+    services: Any, caller: str | None, tid: str, body: bytes, *, commit: bool
+) -> bytes:
     request: EndTransactionRequest = _parse(EndTransactionRequest, body)
+    await may_write_transaction(services, caller, tid)
     state = await services.coordinator.end(
         tid, request.producer_id, request.producer_epoch, commit=commit,
         wait=request.wait_for_markers,
@@ -180,12 +179,12 @@ async def _end(services: Any, tid: str, body: bytes, *, commit: bool) -> bytes:
     return EndTransactionResponse(transactional_id=tid, state=state).model_dump_json().encode()
 
 
-async def _commit(services: Any, tid: str, body: bytes) -> bytes:
-    return await _end(services, tid, body, commit=True)
+async def _commit(services: Any, caller: str | None, tid: str, body: bytes) -> bytes:
+    return await _end(services, caller, tid, body, commit=True)
 
 
-async def _abort(services: Any, tid: str, body: bytes) -> bytes:
-    return await _end(services, tid, body, commit=False)
+async def _abort(services: Any, caller: str | None, tid: str, body: bytes) -> bytes:
+    return await _end(services, caller, tid, body, commit=False)
 
 
 _POST_HANDLERS: dict[str, Handler] = {

@@ -1,5 +1,7 @@
 """Internal endpoints, for storage nodes only (internal token required).
 
+``GET /internal/v1/acls`` hands the nodes the rules they enforce on produce and fetch.
+
 ``GET /internal/v1/producers/{producer_id}/transaction`` is KIP-890's verification: before a
 node opens a transaction for a producer on a partition it asks whether that partition was
 added. Every add-partitions is durable before it is acknowledged, so any instance can answer
@@ -17,6 +19,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, FastAPI, Path
 
 from coordinator_service.api.deps import ServicesDep
+from sdk.protocol.acl import AclSnapshot
 from sdk.protocol.common import TopicPartition
 from sdk.protocol.coordinator import ProducerTransactionView
 from sdk.protocol.errors import UnknownProducerIdError
@@ -35,7 +38,9 @@ def build_router(internal_token: str | None) -> APIRouter:
         operation_id="getProducerTransaction",
         summary="A producer's current transaction (KIP-890 verification; nodes only)",
         response_model=ProducerTransactionView,
-        responses=error_responses("UNKNOWN_PRODUCER_ID", "UNAUTHENTICATED"),
+        responses=error_responses(
+            "UNKNOWN_PRODUCER_ID", "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"
+        ),
     )
     async def producer_transaction(
         services: ServicesDep, producer_id: int = Path(ge=0, le=2**63 - 1)
@@ -50,6 +55,16 @@ def build_router(internal_token: str | None) -> APIRouter:
             state=rec.state,
             partitions=[TopicPartition(topic=t, partition=p) for t, p in rec.partitions],
         )
+
+    @router.get(
+        "/acls",
+        operation_id="getAclSnapshot",
+        summary="Every ACL binding and the super users (storage nodes cache them)",
+        response_model=AclSnapshot,
+        responses=error_responses("UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"),
+    )
+    async def acl_snapshot(services: ServicesDep) -> AclSnapshot:
+        return services.acl_rules.snapshot()
 
     return router
 

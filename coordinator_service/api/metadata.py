@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query, status
 
+from coordinator_service.api.access import Caller, may_create_topic
 from coordinator_service.api.deps import ServicesDep
 from coordinator_service.transactions.state import group_offsets_partition
+from sdk.protocol.acl import Operation, ResourceType
 from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, Empty
 from sdk.protocol.coordinator import (
     CreateTopicRequest,
@@ -29,15 +31,21 @@ router = APIRouter(prefix="/v1", tags=["metadata"])
     "/metadata",
     operation_id="getMetadata",
     summary="Cluster metadata: storage nodes, topics and partition leaders",
+    description="Lists only the topics the caller may describe.",
     response_model=MetadataResponse,
-    responses=error_responses(),
+    responses=error_responses("UNAUTHENTICATED"),
 )
-async def get_metadata(services: ServicesDep) -> MetadataResponse:
+async def get_metadata(services: ServicesDep, caller: Caller) -> MetadataResponse:
     md = services.metadata
+    access = services.access
     return MetadataResponse(
         cluster_id=md.cluster_id,
         nodes=[md.node_info(n) for n in md.nodes],
-        topics=await md.all_topics(),
+        topics=[
+            topic
+            for topic in await md.all_topics()
+            if access.allowed(caller, ResourceType.TOPIC, topic.name, Operation.DESCRIBE)
+        ],
     )
 
 
@@ -48,9 +56,14 @@ async def get_metadata(services: ServicesDep) -> MetadataResponse:
     description="Places the partitions on the storage nodes and answers with their leaders.",
     status_code=status.HTTP_201_CREATED,
     response_model=TopicInfo,
-    responses=error_responses("INVALID_REQUEST", "TOPIC_ALREADY_EXISTS"),
+    responses=error_responses(
+        "INVALID_REQUEST", "TOPIC_ALREADY_EXISTS", "UNAUTHENTICATED", "TOPIC_AUTHORIZATION_FAILED"
+    ),
 )
-async def create_topic(body: CreateTopicRequest, services: ServicesDep) -> TopicInfo:
+async def create_topic(
+    body: CreateTopicRequest, services: ServicesDep, caller: Caller
+) -> TopicInfo:
+    await may_create_topic(services, caller, body.name)
     return await services.metadata.create_topic(body.name, body.partitions)
 
 
@@ -59,9 +72,12 @@ async def create_topic(body: CreateTopicRequest, services: ServicesDep) -> Topic
     operation_id="describeTopic",
     summary="A topic's partitions and their leaders",
     response_model=TopicInfo,
-    responses=error_responses("UNKNOWN_TOPIC_OR_PARTITION"),
+    responses=error_responses(
+        "UNKNOWN_TOPIC_OR_PARTITION", "UNAUTHENTICATED", "TOPIC_AUTHORIZATION_FAILED"
+    ),
 )
-async def get_topic(topic: str, services: ServicesDep) -> TopicInfo:
+async def get_topic(topic: str, services: ServicesDep, caller: Caller) -> TopicInfo:
+    await services.access.require(caller, ResourceType.TOPIC, topic, Operation.DESCRIBE)
     return await services.metadata.topic(topic)
 
 
@@ -70,16 +86,21 @@ async def get_topic(topic: str, services: ServicesDep) -> TopicInfo:
     operation_id="findCoordinator",
     summary="Find the coordinator of a transactional id or a group (FindCoordinator)",
     response_model=FindCoordinatorResponse,
-    responses=error_responses("COORDINATOR_NOT_AVAILABLE"),
+    responses=error_responses(
+        "COORDINATOR_NOT_AVAILABLE", "UNAUTHENTICATED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "GROUP_AUTHORIZATION_FAILED",
+    ),
 )
 async def find_coordinator(
     services: ServicesDep,
+    caller: Caller,
     key: str = Query(min_length=1, max_length=249),
     key_type: KeyType = Query(default=KeyType.TRANSACTION),
 ) -> FindCoordinatorResponse:
     """Transactions: the live owner of the id's log partition. Groups: the storage node
     leading the group's ``__consumer_offsets`` partition."""
     if key_type is KeyType.GROUP:
+        await services.access.require(caller, ResourceType.GROUP, key, Operation.READ)
         md = services.metadata
         partition = group_offsets_partition(key, md.offsets_partitions)
         node = await md.leader(CONSUMER_OFFSETS_TOPIC, partition)
@@ -89,6 +110,9 @@ async def find_coordinator(
         return FindCoordinatorResponse(
             key=key, key_type=key_type, node_id=info.node_id, url=info.url
         )
+    await services.access.require(
+        caller, ResourceType.TRANSACTIONAL_ID, key, Operation.DESCRIBE
+    )
     owner = await services.leases.owner(services.coordinator.partition_of(key))
     if not owner.alive or owner.url is None or owner.node_id is None:
         raise CoordinatorNotAvailableError(f"no live coordinator owns {key!r} right now")
@@ -101,9 +125,11 @@ async def find_coordinator(
     "/producers",
     operation_id="allocateProducerId",
     summary="A producer id for an idempotent producer (no transactional id)",
+    description="Needs write on at least one topic (KIP-679).",
     response_model=ProducerIdResponse,
-    responses=error_responses("INVALID_REQUEST"),
+    responses=error_responses("INVALID_REQUEST", "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"),
 )
-async def new_producer(_body: Empty, services: ServicesDep) -> ProducerIdResponse:
+async def new_producer(_body: Empty, services: ServicesDep, caller: Caller) -> ProducerIdResponse:
     """A producer id for an idempotent (non-transactional) producer."""
+    await services.access.require_somewhere(caller, ResourceType.TOPIC, Operation.WRITE)
     return ProducerIdResponse(producer_id=await services.producer_ids.next_id(), producer_epoch=0)

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from coordinator_service.api.access import (
+    Caller,
+    may_add_partitions,
+    may_write_transaction,
+)
 from coordinator_service.api.deps import ServicesDep, TransactionalIdPath
+from sdk.protocol.acl import Operation, ResourceType
 from sdk.protocol.common import Empty
 from sdk.protocol.coordinator import (
     AddOffsetsRequest,
@@ -26,6 +32,7 @@ router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
 _ROUTING = ("NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS")
 _PRODUCER = ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_MAPPING")
 _BODY = ("INVALID_REQUEST",)  # a body that is not JSON at all
+_AUTH = ("UNAUTHENTICATED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
 
 
 @router.post(
@@ -41,13 +48,14 @@ _BODY = ("INVALID_REQUEST",)  # a body that is not JSON at all
     ),
     response_model=ProducerIdResponse,
     responses=error_responses(
-        *_BODY, *_ROUTING, *_PRODUCER, "INVALID_TRANSACTION_TIMEOUT", "CONCURRENT_TRANSACTIONS",
-        "INVALID_TXN_STATE",
+        *_BODY, *_AUTH, *_ROUTING, *_PRODUCER, "INVALID_TRANSACTION_TIMEOUT",
+        "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE",
     ),
 )
 async def init_transactions(
-    tid: TransactionalIdPath, body: InitTransactionsRequest, services: ServicesDep
+    tid: TransactionalIdPath, body: InitTransactionsRequest, services: ServicesDep, caller: Caller
 ) -> ProducerIdResponse:
+    await may_write_transaction(services, caller, tid)
     producer_id, epoch = await services.coordinator.init(tid, body)
     return ProducerIdResponse(producer_id=producer_id, producer_epoch=epoch)
 
@@ -63,12 +71,14 @@ async def init_transactions(
     ),
     response_model=AddPartitionsResponse,
     responses=error_responses(
-        *_BODY, *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
+        *_BODY, *_AUTH, *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE",
+        "TOPIC_AUTHORIZATION_FAILED",
     ),
 )
 async def add_partitions(
-    tid: TransactionalIdPath, body: AddPartitionsRequest, services: ServicesDep
+    tid: TransactionalIdPath, body: AddPartitionsRequest, services: ServicesDep, caller: Caller
 ) -> AddPartitionsResponse:
+    await may_add_partitions(services, caller, tid, body.partitions)
     results = await services.coordinator.add_partitions(tid, body)
     return AddPartitionsResponse(partitions=results)
 
@@ -84,19 +94,24 @@ async def add_partitions(
     ),
     response_model=Empty,
     responses=error_responses(
-        *_BODY, *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
+        *_BODY, *_AUTH, *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE",
+        "GROUP_AUTHORIZATION_FAILED",
     ),
 )
 async def add_offsets(
-    tid: TransactionalIdPath, body: AddOffsetsRequest, services: ServicesDep
+    tid: TransactionalIdPath, body: AddOffsetsRequest, services: ServicesDep, caller: Caller
 ) -> Empty:
+    await may_write_transaction(services, caller, tid)
+    await services.access.require(caller, ResourceType.GROUP, body.group_id, Operation.READ)
     await services.coordinator.add_offsets(tid, body)
     return Empty()
 
 
 async def _end(
-    tid: str, body: EndTransactionRequest, services: ServicesDep, *, commit: bool
+    tid: str, body: EndTransactionRequest, services: ServicesDep, caller: str | None, *,
+    commit: bool,
 ) -> EndTransactionResponse:
+    await may_write_transaction(services, caller, tid)
     state = await services.coordinator.end(
         tid, body.producer_id, body.producer_epoch, commit=commit, wait=body.wait_for_markers
     )
@@ -104,7 +119,7 @@ async def _end(
 
 
 _END_ERRORS = error_responses(
-    *_BODY, *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
+    *_BODY, *_AUTH, *_ROUTING, *_PRODUCER, "CONCURRENT_TRANSACTIONS", "INVALID_TXN_STATE"
 )
 
 
@@ -121,9 +136,9 @@ _END_ERRORS = error_responses(
     responses=_END_ERRORS,
 )
 async def commit_transaction(
-    tid: TransactionalIdPath, body: EndTransactionRequest, services: ServicesDep
+    tid: TransactionalIdPath, body: EndTransactionRequest, services: ServicesDep, caller: Caller
 ) -> EndTransactionResponse:
-    return await _end(tid, body, services, commit=True)
+    return await _end(tid, body, services, caller, commit=True)
 
 
 @router.post(
@@ -139,6 +154,6 @@ async def commit_transaction(
     responses=_END_ERRORS,
 )
 async def abort_transaction(
-    tid: TransactionalIdPath, body: EndTransactionRequest, services: ServicesDep
+    tid: TransactionalIdPath, body: EndTransactionRequest, services: ServicesDep, caller: Caller
 ) -> EndTransactionResponse:
-    return await _end(tid, body, services, commit=False)
+    return await _end(tid, body, services, caller, commit=False)

@@ -90,3 +90,22 @@ transactions = sa.Table(
     sa.Column("groups", sa.Text, nullable=False),
     sa.Column("coordinator_epoch", sa.Integer, nullable=False),
 )
+
+# One row per ACL binding (sdk/protocol/acl.py); the unique constraint makes creating the
+# same binding twice harmless.
+acls = sa.Table(
+    "acls",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("principal", sa.String(140), nullable=False),
+    sa.Column("resource_type", sa.String(32), nullable=False),
+    sa.Column("resource_name", sa.String(249), nullable=False),
+    sa.Column("pattern_type", sa.String(16), nullable=False),
+    sa.Column("operation", sa.String(16), nullable=False),
+    sa.Column("permission", sa.String(8), nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint(
+        "principal", "resource_type", "resource_name", "pattern_type", "operation",
+        "permission", name="uq_acls_binding",
+    ),
+)

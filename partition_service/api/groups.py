@@ -12,9 +12,11 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
+from eos_security.access import Caller
 from partition_service.api.records import json_response
-from partition_service.context import Node
+from partition_service.context import Node, NodeContext
 from partition_service.log.group_offsets import encode_offset_record
+from sdk.protocol.acl import Operation, ResourceType
 from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, MAX_ID_LENGTH, TopicPartition
 from sdk.protocol.errors import UnstableOffsetCommitError
 from sdk.protocol.node import (
@@ -29,6 +31,7 @@ from sdk.protocol.server import error_responses
 
 router = APIRouter(prefix="/v1/groups/{group_id}", tags=["groups"])
 
+_AUTH = ("UNAUTHENTICATED", "GROUP_AUTHORIZATION_FAILED")
 GroupPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_LENGTH, description="Group id.")]
 
 
@@ -42,6 +45,15 @@ def _records(group_id: str, offsets: list[OffsetCommitEntry]) -> list[RecordIn]:
     return records
 
 
+async def _may_use_group(
+    node: NodeContext, caller: str | None, group_id: str, offsets: list[OffsetCommitEntry]
+) -> None:
+    """Kafka's OffsetCommit rights: read on the group and on every topic named."""
+    await node.access.require(caller, ResourceType.GROUP, group_id, Operation.READ)
+    for topic in sorted({entry.topic for entry in offsets}):
+        await node.access.require(caller, ResourceType.TOPIC, topic, Operation.READ)
+
+
 def _echo(offsets: list[OffsetCommitEntry]) -> Response:
     return json_response({"offsets": [entry.model_dump() for entry in offsets]})
 
@@ -52,10 +64,14 @@ def _echo(offsets: list[OffsetCommitEntry]) -> Response:
     summary="Commit a group's offsets (outside any transaction)",
     response_model=OffsetCommitResponse,
     responses=error_responses(
-        "INVALID_REQUEST", "NOT_COORDINATOR", "KAFKA_STORAGE_ERROR", "MESSAGE_TOO_LARGE"
+        "INVALID_REQUEST", "NOT_COORDINATOR", "KAFKA_STORAGE_ERROR", "MESSAGE_TOO_LARGE",
+        *_AUTH, "TOPIC_AUTHORIZATION_FAILED",
     ),
 )
-async def commit_offsets(group_id: GroupPath, body: OffsetCommitRequest, node: Node) -> Response:
+async def commit_offsets(
+    group_id: GroupPath, body: OffsetCommitRequest, node: Node, caller: Caller
+) -> Response:
+    await _may_use_group(node, caller, group_id, body.offsets)
     target = node.registry.group_coordinator(group_id)
     result = target.append_rows(target.rows(_records(group_id, body.offsets)))
     await target.wait_durable(result)
@@ -78,11 +94,18 @@ async def commit_offsets(group_id: GroupPath, body: OffsetCommitRequest, node: N
         "CONCURRENT_TRANSACTIONS",
         "KAFKA_STORAGE_ERROR",
         "MESSAGE_TOO_LARGE",
+        *_AUTH,
+        "TOPIC_AUTHORIZATION_FAILED",
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
     ),
 )
 async def commit_txn_offsets(
-    group_id: GroupPath, body: TxnOffsetCommitRequest, node: Node
+    group_id: GroupPath, body: TxnOffsetCommitRequest, node: Node, caller: Caller
 ) -> Response:
+    await node.access.require(
+        caller, ResourceType.TRANSACTIONAL_ID, body.transactional_id, Operation.WRITE
+    )
+    await _may_use_group(node, caller, group_id, body.offsets)
     target = node.registry.group_coordinator(group_id)
     if target.needs_verification(body.producer_id, body.producer_epoch):
         await node.verifier.verify(
@@ -105,15 +128,18 @@ async def commit_txn_offsets(
     operation_id="fetchGroupOffsets",
     summary="A group's committed offsets",
     response_model=GroupOffsetsResponse,
-    responses=error_responses("NOT_COORDINATOR", "UNSTABLE_OFFSET_COMMIT"),
+    description="Needs read on the group; lists only the topics the caller may describe.",
+    responses=error_responses("NOT_COORDINATOR", "UNSTABLE_OFFSET_COMMIT", *_AUTH),
 )
 async def fetch_offsets(
     group_id: GroupPath,
     node: Node,
+    caller: Caller,
     require_stable: Annotated[
         bool, Query(description="Refuse with UNSTABLE_OFFSET_COMMIT while offsets are pending.")
     ] = True,
 ) -> Response:
+    await node.access.require(caller, ResourceType.GROUP, group_id, Operation.READ)
     target = node.registry.group_coordinator(group_id)
     view = target.engine.groups
     assert view is not None
@@ -124,5 +150,6 @@ async def fetch_offsets(
     offsets = [
         {"topic": topic, "partition": partition, "offset": offset, "metadata": metadata}
         for (topic, partition), (offset, metadata) in sorted(view.offsets(group_id).items())
+        if node.access.allowed(caller, ResourceType.TOPIC, topic, Operation.DESCRIBE)
     ]
     return json_response({"offsets": offsets})

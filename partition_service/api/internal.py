@@ -43,7 +43,9 @@ router = APIRouter(
     operation_id="writeTxnMarkers",
     summary="Write COMMIT/ABORT markers (coordinators only)",
     response_model=WriteMarkersResponse,
-    responses=error_responses("INVALID_REQUEST", "UNAUTHENTICATED", "MESSAGE_TOO_LARGE"),
+    responses=error_responses(
+        "INVALID_REQUEST", "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED", "MESSAGE_TOO_LARGE"
+    ),
 )
 async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
     """Each partition answers on its own: one failing partition does not hold back the
@@ -109,7 +111,7 @@ async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
     operation_id="createPartition",
     summary="Create a partition on this node (coordinators only)",
     response_model=CreatePartitionResponse,
-    responses=error_responses("UNAUTHENTICATED"),
+    responses=error_responses("UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"),
 )
 async def create_partition(topic: TopicPath, partition: PartitionPath, node: Node) -> Response:
     created = await node.registry.create(topic, partition)
@@ -121,7 +123,7 @@ async def create_partition(topic: TopicPath, partition: PartitionPath, node: Nod
     operation_id="listNodePartitions",
     summary="Partitions on this node",
     response_model=ListPartitionsResponse,
-    responses=error_responses("UNAUTHENTICATED"),
+    responses=error_responses("UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"),
 )
 async def list_partitions(node: Node) -> Response:
     rows = []

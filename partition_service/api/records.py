@@ -12,9 +12,11 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.types import Message, Receive
 
+from eos_security.access import Caller, principal_of
 from partition_service.context import Node, NodeContext, get_node
 from partition_service.log.engine import ReadResult, Row
 from partition_service.partition import Partition, collector_paused
+from sdk.protocol.acl import Operation, ResourceType
 from sdk.protocol.common import (
     MAX_PARTITIONS_PER_TOPIC,
     TOPIC_NAME_PATTERN,
@@ -32,6 +34,7 @@ from sdk.protocol.node import (
 from sdk.protocol.server import error_responses
 
 router = APIRouter(prefix="/v1/partitions/{topic}/{partition}", tags=["records"])
+_AUTH = ("UNAUTHENTICATED", "TOPIC_AUTHORIZATION_FAILED")
 
 TopicPath = Annotated[str, Path(pattern=TOPIC_NAME_PATTERN, description="Topic name.")]
 PartitionPath = Annotated[
@@ -67,6 +70,9 @@ class ProduceRoute(APIRoute):
                 # FastAPI answers a body that cannot be read; let it see the same failure.
                 return await standard(Request(request.scope, _failing_receive(exc)))
             node = get_node(request)
+            await node.access.require(
+                principal_of(request), ResourceType.TOPIC, target[0], Operation.WRITE
+            )
             with collector_paused():
                 body = _validate_body(raw)
                 if body is not None:
@@ -76,7 +82,7 @@ class ProduceRoute(APIRoute):
                     body = body.model_copy(update={"records": []})
             if body is None:
                 return await standard(request)
-            return await _append(node, partition, body, rows)
+            return await _append(node, partition, body, rows, principal_of(request))
 
         return handler
 
@@ -117,12 +123,14 @@ def _failing_receive(exc: Exception) -> Receive:
 
 
 async def produce_records(
-    topic: TopicPath, partition: PartitionPath, body: ProduceRequest, node: Node
+    topic: TopicPath, partition: PartitionPath, body: ProduceRequest, node: Node, caller: Caller
 ) -> Response:
     """Acknowledged only once durable. A retried batch (same producer, epoch and sequence)
-    answers ``duplicate: true`` with the offsets it got the first time."""
+    answers ``duplicate: true`` with the offsets it got the first time. Needs write on the
+    topic."""
+    await node.access.require(caller, ResourceType.TOPIC, topic, Operation.WRITE)
     target = node.registry.get(topic, partition)
-    return await _append(node, target, body, target.validate_rows(body))
+    return await _append(node, target, body, target.validate_rows(body), caller)
 
 
 router.add_api_route(
@@ -146,24 +154,37 @@ router.add_api_route(
         "COORDINATOR_NOT_AVAILABLE",
         "CONCURRENT_TRANSACTIONS",
         "KAFKA_STORAGE_ERROR",
+        "UNAUTHENTICATED",
+        "TOPIC_AUTHORIZATION_FAILED",
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
     ),
     route_class_override=ProduceRoute,
 )
 
 
 async def _append(
-    node: NodeContext, target: Partition, body: ProduceRequest, rows: list[Row]
+    node: NodeContext,
+    target: Partition,
+    body: ProduceRequest,
+    rows: list[Row],
+    caller: str | None,
 ) -> Response:
     """Append a validated batch (``body`` gives the producer fields, ``rows`` the records)
-    and answer once it is durable."""
+    and answer once it is durable. A batch that opens a transaction here is verified with
+    the coordinator (KIP-890), which also names its transactional id: the caller must
+    hold write on it, as Kafka checks on a transactional produce."""
     if body.transactional:
         assert body.producer_id is not None and body.producer_epoch is not None
         if target.needs_verification(body.producer_id, body.producer_epoch):
-            await node.verifier.verify(
+            transactional_id = await node.verifier.verify(
                 body.producer_id,
                 body.producer_epoch,
                 TopicPartition(topic=target.topic, partition=target.index),
             )
+            if transactional_id is not None:
+                await node.access.require(
+                    caller, ResourceType.TRANSACTIONAL_ID, transactional_id, Operation.WRITE
+                )
     result = target.append(body, rows)
     await target.wait_durable(result)
     if result.duplicate:
@@ -185,12 +206,15 @@ async def _append(
     operation_id="fetchRecords",
     summary="Read records from an offset",
     response_model=FetchResponse,
-    responses=error_responses("UNKNOWN_TOPIC_OR_PARTITION", "OFFSET_OUT_OF_RANGE"),
+    responses=error_responses(
+        "UNKNOWN_TOPIC_OR_PARTITION", "OFFSET_OUT_OF_RANGE", *_AUTH
+    ),
 )
 async def fetch_records(
     topic: TopicPath,
     partition: PartitionPath,
     node: Node,
+    caller: Caller,
     offset: Annotated[int, Query(ge=0, le=2**63 - 1, description="First offset wanted.")] = 0,
     max_records: Annotated[int, Query(ge=1, le=100_000)] = 1000,
     max_bytes: Annotated[int, Query(ge=1, le=64 * 1024 * 1024)] = 1024 * 1024,
@@ -200,7 +224,9 @@ async def fetch_records(
     ] = 0,
 ) -> Response:
     """Control records are never returned. ``read_committed`` stops at the last stable
-    offset and leaves out records of aborted transactions; follow ``next_offset``."""
+    offset and leaves out records of aborted transactions; follow ``next_offset``. Needs
+    read on the topic."""
+    await node.access.require(caller, ResourceType.TOPIC, topic, Operation.READ)
     target = node.registry.get(topic, partition)
     engine = target.engine
     fetched = node.metrics.fetched_records.labels(isolation_level.value)
@@ -232,9 +258,12 @@ async def fetch_records(
     operation_id="getPartitionOffsets",
     summary="Log start, high watermark and last stable offset",
     response_model=PartitionOffsets,
-    responses=error_responses("UNKNOWN_TOPIC_OR_PARTITION"),
+    responses=error_responses("UNKNOWN_TOPIC_OR_PARTITION", *_AUTH),
 )
-async def partition_offsets(topic: TopicPath, partition: PartitionPath, node: Node) -> Response:
+async def partition_offsets(
+    topic: TopicPath, partition: PartitionPath, node: Node, caller: Caller
+) -> Response:
+    await node.access.require(caller, ResourceType.TOPIC, topic, Operation.DESCRIBE)
     return json_response(node.registry.get(topic, partition).offsets())
 
 
@@ -243,9 +272,12 @@ async def partition_offsets(topic: TopicPath, partition: PartitionPath, node: No
     operation_id="describeProducers",
     summary="Producers with state on this partition (DescribeProducers)",
     response_model=DescribeProducersResponse,
-    responses=error_responses("UNKNOWN_TOPIC_OR_PARTITION"),
+    responses=error_responses("UNKNOWN_TOPIC_OR_PARTITION", *_AUTH),
 )
-async def describe_producers(topic: TopicPath, partition: PartitionPath, node: Node) -> Response:
+async def describe_producers(
+    topic: TopicPath, partition: PartitionPath, node: Node, caller: Caller
+) -> Response:
+    await node.access.require(caller, ResourceType.TOPIC, topic, Operation.DESCRIBE)
     engine = node.registry.get(topic, partition).engine
     return json_response(
         {

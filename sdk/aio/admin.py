@@ -1,4 +1,4 @@
-"""``AsyncAdminClient``: topics, cluster metadata and transactions (async twin).
+"""``AsyncAdminClient``: topics, cluster metadata, transactions and ACLs (async twin).
 
 Cluster-wide questions go to the coordinator named by ``bootstrap_url`` (any instance
 answers them from the shared store); ``describe_producers`` asks the partition's storage
@@ -20,6 +20,15 @@ from sdk._config import USE_DEFAULT, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._metadata import MetadataCache, find_coordinator_params, topic_path
 from sdk._transport import AsyncTransport, Req
 from sdk._types import TopicPartition, as_topic_partition
+from sdk.protocol.acl import (
+    AclBinding,
+    AclFilter,
+    AclsResponse,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    ResourceType,
+)
 from sdk.protocol.coordinator import (
     FindCoordinatorResponse,
     MetadataResponse,
@@ -51,11 +60,14 @@ class AsyncAdminClient:
         *,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._metadata = MetadataCache(bootstrap_url)
         self._http = AsyncTransport(
-            retry or RetryConfig(), transport=transport, headers=headers or {}
+            retry or RetryConfig(), transport=transport, headers=headers or {}, token=token,
+            ca_file=ca_file,
         )
 
     async def __aenter__(self) -> AsyncAdminClient:
@@ -213,6 +225,58 @@ class AsyncAdminClient:
             invalidate=self._metadata.invalidate_txn_coordinator,
         )
         return TransactionState(body["state"])
+
+    # --- access control lists --------------------------------------------------------------
+
+    async def list_acls(
+        self,
+        *,
+        principal: str | None = None,
+        resource_type: ResourceType | str | None = None,
+        resource_name: str | None = None,
+        timeout: TimeoutArg = USE_DEFAULT,
+    ) -> list[AclBinding]:
+        """The ACL bindings matching the given fields (DescribeAcls); needs describe on the
+        cluster."""
+        params = {
+            name: str(value)
+            for name, value in (
+                ("principal", principal),
+                ("resource_type", resource_type),
+                ("resource_name", resource_name),
+            )
+            if value is not None
+        }
+        body = await self._get(Req.LIST_ACLS, "/v1/acls", timeout, params)
+        return AclsResponse.model_validate(body).acls
+
+    async def create_acls(
+        self, acls: list[AclBinding], *, timeout: TimeoutArg = USE_DEFAULT
+    ) -> None:
+        """Add ACL bindings (CreateAcls); existing ones are left as they are. Needs alter on
+        the cluster."""
+        await self._http.call(
+            Req.CREATE_ACLS,
+            "POST",
+            "/v1/acls",
+            base=self._bootstrap,
+            json=CreateAclsRequest(acls=acls).model_dump(mode="json"),
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+        )
+
+    async def delete_acls(
+        self, filters: list[AclFilter], *, timeout: TimeoutArg = USE_DEFAULT
+    ) -> list[AclBinding]:
+        """Delete every binding a filter matches (DeleteAcls); returns those deleted."""
+        body = await self._http.call(
+            Req.DELETE_ACLS,
+            "POST",
+            "/v1/acls/delete",
+            base=self._bootstrap,
+            json=DeleteAclsRequest(filters=filters).model_dump(mode="json", exclude_none=True),
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+        )
+        return DeleteAclsResponse.model_validate(body).deleted
 
     # --- lookups -------------------------------------------------------------------------
 

@@ -58,6 +58,8 @@ class AsyncConsumer:
         fetch_max_wait_ms: int = 500,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         config = ConsumerConfig(
@@ -69,9 +71,13 @@ class AsyncConsumer:
             fetch_max_wait_ms=fetch_max_wait_ms,
             retry=retry or RetryConfig(),
             headers=headers or {},
+            token=token,
+            ca_file=ca_file,
         )
         self._core = ConsumerCore(config)
-        self._http = AsyncTransport(config.retry, transport=transport, headers=config.headers)
+        self._http = AsyncTransport(config.retry, transport=transport, headers=config.headers,
+            token=config.token, ca_file=config.ca_file,
+        )
 
     async def __aenter__(self) -> AsyncConsumer:
         return self

@@ -40,7 +40,9 @@ class _AsyncProducerBase:
     def __init__(self, config: ProducerConfig, transport: httpx.AsyncBaseTransport | None) -> None:
         self._config = config
         self._core = ProducerCore(config, batch_future=_loop_future)
-        self._http = AsyncTransport(config.retry, transport=transport, headers=config.headers)
+        self._http = AsyncTransport(config.retry, transport=transport, headers=config.headers,
+            token=config.token, ca_file=config.ca_file,
+        )
         self._wake: asyncio.Event | None = None
         self._sender: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -289,6 +291,8 @@ class AsyncProducer(_AsyncProducerBase):
         delivery_timeout_ms: int = 120_000,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         config = ProducerConfig(
@@ -299,6 +303,8 @@ class AsyncProducer(_AsyncProducerBase):
             delivery_timeout_ms=delivery_timeout_ms,
             retry=retry or RetryConfig(),
             headers=headers or {},
+            token=token,
+            ca_file=ca_file,
         )
         super().__init__(config, transport)
 
@@ -332,6 +338,8 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
         max_block_ms: int = 60_000,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
+        token: str | None = None,
+        ca_file: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         config = ProducerConfig(
@@ -345,6 +353,8 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
             max_block_ms=max_block_ms,
             retry=retry or RetryConfig(),
             headers=headers or {},
+            token=token,
+            ca_file=ca_file,
         )
         super().__init__(config, transport)
 

@@ -11,6 +11,7 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,7 +36,10 @@ INTERNAL_TOKEN_HEADER = "Authorization"
 
 
 def error_response(error: EosError) -> JSONResponse:
-    return JSONResponse(status_code=error.http_status, content=error.envelope())
+    response = JSONResponse(status_code=error.http_status, content=error.envelope())
+    if isinstance(error, UnauthenticatedError):
+        response.headers["www-authenticate"] = 'Bearer realm="eos"'  # RFC 6750's challenge
+    return response
 
 
 def _envelope(status: int, code: str, message: str, details: Any = None) -> JSONResponse:
@@ -90,9 +94,11 @@ def error_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
 
     Each status gets the error envelope as its schema, the codes it may carry in its
     description and one example per code. Schema validation (422 ``INVALID_REQUEST``) is
-    always listed; ``INVALID_REQUEST`` named here is the contract's own 400.
+    always listed, and so is 400 ``INVALID_REQUEST`` (``RequestShape`` may refuse any
+    request before it reaches a route).
     """
-    by_status: dict[int, list[str]] = {422: ["INVALID_REQUEST"]}
+    # 400: any request may be refused by ``RequestShape`` (non-UTF-8 escapes, huge headers)
+    by_status: dict[int, list[str]] = {400: ["INVALID_REQUEST"], 422: ["INVALID_REQUEST"]}
     for code in codes:
         status = CATALOGUE[code].http_status
         found = by_status.setdefault(status, [])
@@ -136,16 +142,21 @@ def internal_token_checker(expected: str | None) -> Callable[[Request], Awaitabl
     """
 
     async def check(request: Request) -> None:
-        supplied = request.headers.get(INTERNAL_TOKEN_HEADER, "")
-        scheme, _, token = supplied.partition(" ")
-        if (
-            expected is None
-            or scheme.lower() != "bearer"
-            or not hmac.compare_digest(token.encode(), expected.encode())
-        ):
+        if not bears_internal_token(request.headers.get(INTERNAL_TOKEN_HEADER, ""), expected):
             raise UnauthenticatedError("internal endpoint: a valid internal token is required")
 
     return check
+
+
+def bears_internal_token(authorization: str, expected: str | None) -> bool:
+    """Whether an ``Authorization`` header value is ``Bearer <expected>``, compared in
+    constant time; never true when no internal token is configured."""
+    scheme, _, token = authorization.partition(" ")
+    return (
+        expected is not None
+        and scheme.lower() == "bearer"
+        and hmac.compare_digest(token.encode(), expected.encode())
+    )
 
 
 class BodyLimit:
@@ -202,6 +213,47 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
+MAX_HEADER_BYTES = 64 * 1024
+
+
+class RequestShape:
+    """ASGI middleware, outermost: refuse requests no route should ever see.
+
+    * A path or query whose percent-escapes are not UTF-8 (``/v1/groups/%FF%FE``): the
+      server would decode them with replacement characters, so distinct invalid ids would
+      silently name the same group or transactional id.
+    * Headers over ``MAX_HEADER_BYTES`` in all: no client of the contract needs them, and
+      the HTTP parser accepts megabytes.
+
+    Both are ``400 INVALID_REQUEST`` in the envelope, before anything is read or changed.
+    """
+
+    def __init__(self, app: ASGIApp, max_header_bytes: int = MAX_HEADER_BYTES) -> None:
+        self.app = app
+        self.max_header_bytes = max_header_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            problem = self._problem(scope)
+            if problem is not None:
+                await error_response(InvalidRequestError(problem))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _problem(self, scope: Scope) -> str | None:
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        for part, raw in (("path", raw_path), ("query", scope.get("query_string", b""))):
+            if b"%" in raw:
+                try:
+                    unquote_to_bytes(raw).decode("utf-8")
+                except UnicodeDecodeError:
+                    return f"the {part} has percent-escapes that are not UTF-8"
+        size = sum(len(name) + len(value) for name, value in scope["headers"])
+        if size > self.max_header_bytes:
+            return f"request headers of {size} bytes; at most {self.max_header_bytes}"
+        return None
+
+
 def serve(
     service: str,
     make_app: Callable[[], FastAPI],
@@ -211,25 +263,36 @@ def serve(
     log_level: str,
     log_format: str,
     graceful_shutdown_s: int,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
 ) -> None:
     """Run a service in the foreground under uvicorn, with the product's structured logs.
 
     Logging is configured before the app is built, so start-up lines are structured too;
-    uvicorn's access log stays off (one line per request costs more than a produce).
+    uvicorn's access log stays off (one line per request costs more than a produce, and
+    an access log is where a token in a query string would end up). With ``tls_cert`` and
+    ``tls_key`` the service speaks HTTPS only.
     """
     import uvicorn
 
     from sdk.protocol.logs import UVICORN_LOG_CONFIG, configure_logging
 
     configure_logging(service, log_level, log_format)
+    try:
+        app = make_app()
+    except ValueError as exc:  # a bad setting found while building (a tokens file, say)
+        log.error("%s cannot start: %s", service, exc)
+        raise SystemExit(2) from None
     uvicorn.run(
-        make_app(),
+        app,
         host=host,
         port=port,
         log_level=log_level.lower(),
         log_config=UVICORN_LOG_CONFIG,
         access_log=False,
         timeout_graceful_shutdown=graceful_shutdown_s,
+        ssl_certfile=tls_cert,
+        ssl_keyfile=tls_key,
     )
 
 
@@ -242,6 +305,8 @@ __all__ = [
     "BodyLimit",
     "ErrorEnvelope",
     "InvalidRequestError",
+    "RequestShape",
+    "bears_internal_token",
     "error_response",
     "error_responses",
     "install_error_handlers",

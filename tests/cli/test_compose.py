@@ -4,6 +4,7 @@ one the code really reads."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from coordinator_service.settings import CoordinatorSettings
 from partition_service.settings import NodeSettings
 
 ROOT = Path(__file__).resolve().parents[2]
+INTERPOLATION = re.compile(r"\$\{(\w+):-([^}]*)\}")
 COORDINATORS = ["coordinator-1", "coordinator-2"]
 NODES = ["node-1", "node-2", "node-3"]
 
@@ -25,10 +27,16 @@ def compose() -> dict[str, Any]:
     return loaded
 
 
-def env_of(service: dict[str, Any]) -> dict[str, str]:
+def env_of(service: dict[str, Any], given: dict[str, str] | None = None) -> dict[str, str]:
+    """The service's environment as compose would set it, with ``${VAR:-default}`` taken
+    from ``given`` (the shell's variables) or its default."""
     env = service.get("environment", {})
     assert isinstance(env, dict), "environment must be a mapping"
-    return {str(k): str(v) for k, v in env.items()}
+
+    def interpolate(match: re.Match[str]) -> str:
+        return (given or {}).get(match.group(1), match.group(2))
+
+    return {str(k): INTERPOLATION.sub(interpolate, str(v)) for k, v in env.items()}
 
 
 def test_services_and_images(compose: dict[str, Any]) -> None:
@@ -99,8 +107,7 @@ def test_health_checks_start_order_ports_and_volumes(compose: dict[str, Any]) ->
     assert len(host_ports) == len(set(host_ports)), "two services publish the same port"
     volumes = set(compose["volumes"])
     for name in NODES:
-        (mount,) = services[name]["volumes"]
-        volume, path = mount.split(":")
+        volume, path = services[name]["volumes"][0].split(":")
         assert volume in volumes and path == env_of(services[name])["EOS_DATA_DIR"]
     node_volumes = [services[n]["volumes"][0].split(":")[0] for n in NODES]
     assert len(set(node_volumes)) == len(NODES), "each node needs its own volume"
@@ -118,5 +125,27 @@ def test_dockerfile_installs_the_project_and_java() -> None:
         "spark_jobs",
         "migrations",
         "eos_cli",
+        "eos_security",
     ]:
         assert f"COPY {package} ./{package}" in text
+
+
+def test_auth_is_off_by_default_and_on_with_a_tokens_file(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The compose file's documented switch: EOS_AUTH_TOKENS_FILE (and EOS_SUPER_USERS)."""
+    services = compose["services"]
+    for key, value in env_of(services["coordinator-1"]).items():
+        monkeypatch.setenv(key, value)
+    off = CoordinatorSettings()
+    assert off.auth_tokens_file is None and off.token_registry() is None
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text("")
+    shell = {"EOS_AUTH_TOKENS_FILE": str(tokens), "EOS_SUPER_USERS": "User:admin"}
+    for name in [*COORDINATORS, *NODES]:
+        assert "/secrets" in " ".join(services[name]["volumes"]), name
+        for key, value in env_of(services[name], shell).items():
+            monkeypatch.setenv(key, value)
+        settings = (CoordinatorSettings if name in COORDINATORS else NodeSettings)()
+        assert settings.auth_tokens_file == tokens and settings.token_registry() is not None
+    assert CoordinatorSettings().super_user_list == ["User:admin"]

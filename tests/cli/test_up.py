@@ -145,7 +145,7 @@ def test_several_coordinators_need_postgresql(tmp_path: Path) -> None:
     assert "PostgreSQL" in refused.stderr
 
 
-def test_up_with_two_coordinators_on_postgresql(tmp_path: Path) -> None:
+def test_up_with_two_coordinators_on_postgresql_and_auth_on(tmp_path: Path) -> None:
     from tests.support.coordinators import temp_database
 
     base = free_base()
@@ -168,6 +168,7 @@ def test_up_with_two_coordinators_on_postgresql(tmp_path: Path) -> None:
                     "2",
                     "--database-url",
                     url,
+                    "--auth",
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -190,8 +191,14 @@ def test_up_with_two_coordinators_on_postgresql(tmp_path: Path) -> None:
             )
             text = log.read_text()
             assert "coordinator 2" in text and f"127.0.0.1:{base + 1}" in text
+            assert "auth on: export EOS_TOKEN" in text
+            token = (tmp_path / "d" / "admin-token").read_text().strip()
+            assert token not in (tmp_path / "d" / "tokens.toml").read_text()
             for port in (base, base + 1):
-                listed = eos("topics", "list", "--bootstrap", f"http://127.0.0.1:{port}")
+                bootstrap = ["--bootstrap", f"http://127.0.0.1:{port}"]
+                refused = eos("topics", "list", *bootstrap)
+                assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
+                listed = eos("--token", token, "topics", "list", *bootstrap)
                 assert listed.returncode == 0 and "__consumer_offsets" in listed.stdout
         finally:
             process.send_signal(signal.SIGTERM)

@@ -53,3 +53,26 @@ def test_two_coordinators_start_together_on_a_fresh_database(tmp_path: Path, att
             for process in coordinators:
                 process.stop()
             node.stop()
+
+
+def test_a_restart_with_the_same_instance_id_keeps_its_node_id(tmp_path: Path) -> None:
+    """A fixed ``--instance-id`` (a stateful set, say) must survive a crash and restart."""
+    node = NodeProcess(tmp_path / "node")
+    node.start()
+    try:
+        with temp_database() as url:
+            first = CoordinatorProcess(tmp_path, database_url=url, nodes=f"1={node.url}",
+                                       extra=["--instance-id", "fixed-1"])
+            first.start()
+            found = httpx.get(f"{first.url}/v1/coordinators", params={"key": "t"}).json()
+            first.kill()
+            again = CoordinatorProcess(tmp_path, database_url=url, nodes=f"1={node.url}",
+                                       port=first.port, extra=["--instance-id", "fixed-1"])
+            again.start()
+            try:
+                after = httpx.get(f"{again.url}/v1/coordinators", params={"key": "t"}).json()
+                assert after["node_id"] == found["node_id"]
+            finally:
+                again.stop()
+    finally:
+        node.stop()

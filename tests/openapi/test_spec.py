@@ -26,7 +26,8 @@ OPERATION_IDS = {
         "initTransactions", "addPartitionsToTxn", "addOffsetsToTxn", "commitTransaction",
         "abortTransaction", "describeTransaction", "listTransactions", "forceAbortTransaction",
         "findCoordinator", "createTopic", "describeTopic", "getMetadata", "allocateProducerId",
-        "getProducerTransaction", "health", "ready", "metrics",
+        "getProducerTransaction", "health", "ready", "metrics", "listAcls", "createAcls",
+        "deleteAcls", "getAclSnapshot",
     },
     "node": {
         "produceRecords", "fetchRecords", "getPartitionOffsets", "describeProducers",

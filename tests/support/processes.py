@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -10,14 +11,26 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port below 32000, outside the kernel's ephemeral range (32768 and
+    up): a port from that range may be taken as the source port of some outgoing
+    connection while the service that owned it is down, and a killed service must come
+    back on its own port."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(12_000, 32_000)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port below 32000")
 
 
 def wait_until(
@@ -39,6 +52,9 @@ def wait_until(
 class ServiceProcess:
     """A service started as ``python -m <module> <args>`` with its log in a file."""
 
+    scheme = "http"  # "https" for a service given --tls-cert/--tls-key
+    verify: Any = True  # what httpx verifies an https service against
+
     def __init__(
         self,
         module: str,
@@ -56,7 +72,7 @@ class ServiceProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self, *, ready_path: str = "/readyz", timeout: float = 30.0) -> ServiceProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
@@ -78,7 +94,8 @@ class ServiceProcess:
                     f"{self.module} exited with {self.process.returncode}:\n{self.tail()}"
                 )
             try:
-                return httpx.get(self.url + path, timeout=1.0).status_code == 200
+                answer = httpx.get(self.url + path, timeout=1.0, verify=self.verify)
+                return answer.status_code == 200
             except httpx.HTTPError:
                 return False
 

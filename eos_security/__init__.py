@@ -1,0 +1,1 @@
+"""Authentication and authorisation shared by the coordinator and the storage nodes."""
