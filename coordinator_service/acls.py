@@ -2,24 +2,26 @@
 
 The bindings are rows of ``acls``, shared by every coordinator instance. Each instance
 keeps them in its ``Authorizer`` and reads them again every ``acl_refresh_ms``, at once
-after changing them itself, and on a denial when they are older than half a second, so a
-grant made at another instance is seen by the next request that needs it. Revocations
-reach the other instances and the storage nodes within one refresh period.
+after changing them itself, and on a denial when they were read before the request
+arrived, so a grant made at another instance is seen by the next request that needs it.
+Revocations reach the other instances and the storage nodes within one refresh period.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from coordinator_service.db.engine import Database
 from coordinator_service.db.schema import acls
 from eos_security.authorizer import Authorizer
 from sdk.protocol.acl import AclBinding, AclFilter, AclSnapshot
+from sdk.protocol.errors import CoordinatorNotAvailableError
 
 log = logging.getLogger("eos.coordinator.acls")
 
@@ -75,13 +77,24 @@ class AclRules:
 
     async def reload(self) -> None:
         async with self._lock:
+            started = time.monotonic()
             bindings = await self.db.run(list_bindings)
-            self.authorizer.replace(bindings)
+            self.authorizer.replace(bindings, as_of=started)
 
     def snapshot(self) -> AclSnapshot:
         return AclSnapshot(
             super_users=sorted(self.authorizer.super_users), acls=list(self.authorizer.bindings)
         )
+
+    async def fresh_snapshot(self) -> AclSnapshot:
+        """The bindings as the database holds them now (COORDINATOR_NOT_AVAILABLE, which
+        the nodes retry, when it cannot be read)."""
+        try:
+            await self.reload()
+        except SQLAlchemyError as exc:
+            log.warning("ACLs not read for a node: %s", type(exc).__name__)
+            raise CoordinatorNotAvailableError("cannot read the ACLs now; retry") from exc
+        return self.snapshot()
 
     async def create(self, bindings: list[AclBinding], now_ms: int) -> None:
         try:

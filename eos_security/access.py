@@ -48,9 +48,9 @@ PRINCIPAL_KEY = "eos.principal"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/redoc",
                         "/docs/oauth2-redirect"})
 INTERNAL_PREFIX = "/internal/"
-#: A denial re-reads the rules first when they are older than this, so a grant made a
-#: moment ago (perhaps at another coordinator) is not refused for a whole refresh period.
-REFRESH_ON_DENIAL_S = 0.5
+#: After a failed read of the rules (their source is down), requests that would need
+#: another read wait this long before one is tried again instead of hammering it.
+RETRY_AFTER_FAILED_READ_S = 0.5
 
 _REFUSALS: dict[ResourceType, type[EosError]] = {
     ResourceType.TOPIC: TopicAuthorizationFailedError,
@@ -102,7 +102,8 @@ class AccessControl:
         self.tokens = tokens
         self.authorizer = authorizer or Authorizer()
         self.refresh = refresh
-        self._refresh_started = -REFRESH_ON_DENIAL_S  # the first attempt is never held
+        self._read_started = 0.0
+        self._failed_at = -RETRY_AFTER_FAILED_READ_S  # the first attempt is never held
         self._inflight: asyncio.Future[bool] | None = None
 
     @property
@@ -122,10 +123,13 @@ class AccessControl:
         """Raise the resource's *_AUTHORIZATION_FAILED unless ``op`` is allowed."""
         if principal is None:
             return
+        asked_at = time.monotonic()
         await self._ensure_loaded()
         if self.authorizer.allowed(principal, rtype, name, op):
             return
-        if await self._refreshed() and self.authorizer.allowed(principal, rtype, name, op):
+        if await self._read_since(asked_at) and self.authorizer.allowed(
+            principal, rtype, name, op
+        ):
             return
         noun = _NOUNS[rtype]
         target = noun if rtype is ResourceType.CLUSTER else f"{noun} {name!r}"
@@ -143,10 +147,13 @@ class AccessControl:
         FAILED, as Kafka answers an idempotent producer that may write nowhere)."""
         if principal is None:
             return
+        asked_at = time.monotonic()
         await self._ensure_loaded()
         if self.authorizer.allowed_somewhere(principal, rtype, op):
             return
-        if await self._refreshed() and self.authorizer.allowed_somewhere(principal, rtype, op):
+        if await self._read_since(asked_at) and self.authorizer.allowed_somewhere(
+            principal, rtype, op
+        ):
             return
         denial = f"{principal} may not {op.value} any {_NOUNS[rtype]}"
         log.info("denied: %s", denial)
@@ -154,33 +161,49 @@ class AccessControl:
 
     async def _ensure_loaded(self) -> None:
         if not self.authorizer.loaded and self.refresh is not None and (
-            self._inflight is not None
-            or time.monotonic() - self._refresh_started >= REFRESH_ON_DENIAL_S
+            self._inflight is not None or not self._recently_failed()
         ):
-            await self._try_refresh()
+            await self._join_or_start_read()
         if not self.authorizer.loaded:
             raise CoordinatorNotAvailableError("access rules are not loaded yet; retry")
 
-    async def _refreshed(self) -> bool:
-        """Re-read the rules if they may be stale; whether they were re-read."""
+    async def _read_since(self, asked_at: float) -> bool:
+        """Make sure the rules in force were read after the request arrived, so a grant
+        that came before the request is never refused, however recent; whether they are.
+
+        A read already under way counts only if it started after the request: one that
+        started before may carry rules older than the grant, so it is waited out and a
+        new one started. Reads are never run side by side, so a burst of denials costs
+        one read per read's duration, and none for a while after a read failed."""
         if self.refresh is None:
             return False
-        if self._inflight is not None:
-            return await self._try_refresh()
-        now = time.monotonic()
-        if now - max(self.authorizer.loaded_at, self._refresh_started) < REFRESH_ON_DENIAL_S:
-            return False
-        return await self._try_refresh()
+        while self.authorizer.loaded_at < asked_at:
+            if self._inflight is None:
+                if self._recently_failed():
+                    return False
+                self._start_read()
+            started, inflight = self._read_started, self._inflight
+            assert inflight is not None
+            read = await asyncio.shield(inflight)
+            if started >= asked_at:
+                return read
+        return True
 
-    async def _try_refresh(self) -> bool:
-        """One re-read at a time: requests that need the rules while a read is under way
-        wait for that read instead of starting their own, so a burst of denials (or of
-        requests before the first load) costs one read."""
+    def _recently_failed(self) -> bool:
+        return time.monotonic() - self._failed_at < RETRY_AFTER_FAILED_READ_S
+
+    async def _join_or_start_read(self) -> bool:
+        """One read at a time: requests that need the rules while a read is under way
+        wait for that read instead of starting their own."""
         if self._inflight is None:
-            self._refresh_started = time.monotonic()
-            self._inflight = asyncio.ensure_future(self._read())
-            self._inflight.add_done_callback(self._clear_inflight)
+            self._start_read()
+        assert self._inflight is not None
         return await asyncio.shield(self._inflight)
+
+    def _start_read(self) -> None:
+        self._read_started = time.monotonic()
+        self._inflight = asyncio.ensure_future(self._read())
+        self._inflight.add_done_callback(self._clear_inflight)
 
     def _clear_inflight(self, _done: asyncio.Future[bool]) -> None:
         self._inflight = None
@@ -190,6 +213,7 @@ class AccessControl:
         try:
             await self.refresh()
         except Exception as exc:  # the rules' source is down: keep the rules we have
+            self._failed_at = time.monotonic()
             log.warning("access rules not re-read: %s", exc)
             return False
         return True

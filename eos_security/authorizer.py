@@ -55,12 +55,19 @@ class Authorizer:
         self._by_type: dict[ResourceType, list[AclBinding]] = {}
         self._cache: dict[DecisionKey, bool] = {}
         self.loaded = False
-        self.loaded_at = 0.0  # time.monotonic() of the last replace()
+        self.loaded_at = 0.0  # time.monotonic() when the rules in force began to be read
         self.bindings: list[AclBinding] = []
 
-    def replace(self, bindings: Iterable[AclBinding], super_users: Iterable[str] | None = None
-                ) -> None:
-        """Swap in a new rule set (the decisions cached so far are dropped)."""
+    def replace(
+        self,
+        bindings: Iterable[AclBinding],
+        super_users: Iterable[str] | None = None,
+        *,
+        as_of: float | None = None,
+    ) -> None:
+        """Swap in a new rule set (the decisions cached so far are dropped). ``as_of`` is
+        the ``time.monotonic()`` at which their read began: they hold every change made
+        before it, which is what a denial needs to know (``AccessControl``)."""
         by_type: dict[ResourceType, list[AclBinding]] = {}
         kept = list(bindings)
         for binding in kept:
@@ -71,7 +78,7 @@ class Authorizer:
             self.super_users = frozenset(super_users)
         self._cache = {}
         self.loaded = True
-        self.loaded_at = time.monotonic()
+        self.loaded_at = time.monotonic() if as_of is None else as_of
 
     def _matching(self, principal: str, rtype: ResourceType, name: str) -> list[AclBinding]:
         return [

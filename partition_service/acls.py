@@ -2,8 +2,8 @@
 
 The bindings live in the coordinator's database; a node asks any coordinator for them
 (``GET /internal/v1/acls``, internal token) at start, every ``acl_refresh_ms`` after, and
-on a denial when its copy is older than half a second (``AccessControl``), so a new grant
-works at once and a revocation takes effect within one refresh period. While the node has
+on a denial when its copy was read before the request arrived (``AccessControl``), so a
+new grant works at once and a revocation takes effect within one refresh period. While the node has
 never had a copy it refuses access-controlled requests with the retriable
 COORDINATOR_NOT_AVAILABLE instead of guessing; once it has one, a coordinator that cannot
 be reached leaves the last copy in force.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 
 import httpx
 from pydantic import ValidationError
@@ -54,6 +55,7 @@ class AclFetcher:
                 "this node has no coordinator URL to fetch its access rules from"
             )
         async with self._lock:
+            started = time.monotonic()
             try:
                 response = await self._client.get(self.url)
             except httpx.HTTPError as exc:
@@ -68,7 +70,7 @@ class AclFetcher:
                 snapshot = AclSnapshot.model_validate_json(response.content)
             except ValidationError as exc:
                 raise CoordinatorNotAvailableError(f"bad access rules: {exc}") from exc
-            self.authorizer.replace(snapshot.acls, snapshot.super_users)
+            self.authorizer.replace(snapshot.acls, snapshot.super_users, as_of=started)
 
     async def run_forever(self) -> None:
         while True:

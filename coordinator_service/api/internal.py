@@ -61,10 +61,15 @@ def build_router(internal_token: str | None) -> APIRouter:
         operation_id="getAclSnapshot",
         summary="Every ACL binding and the super users (storage nodes cache them)",
         response_model=AclSnapshot,
-        responses=error_responses("UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"),
+        responses=error_responses(
+            "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED", "COORDINATOR_NOT_AVAILABLE"
+        ),
     )
     async def acl_snapshot(services: ServicesDep) -> AclSnapshot:
-        return services.acl_rules.snapshot()
+        """Read from the database, not this instance's copy: a node stamps what it gets
+        with the time it asked, so the answer must hold every grant made before then,
+        whichever instance made it."""
+        return await services.acl_rules.fresh_snapshot()
 
     return router
 

@@ -20,17 +20,24 @@ EXPECTED = {
     "CONCURRENT_TRANSACTIONS", "INVALID_PRODUCER_ID_MAPPING",
 }
 THREADS = 8
-OPS = 40
+OPS = 80
 IDS = ["c0", "c1", "c2"]
+#: An init fences every other thread holding the id, so it is the rare move; the walk
+#: then reaches commits (not only aborts and fences) in every run.
+OPERATIONS = ["init", "add", "offsets", "commit", "abort"]
+WEIGHTS = [1, 5, 2, 3, 1]
+#: Share of a thread's moves on "its" id; the rest contend on any id.
+AFFINITY = 0.6
 
 
 def _worker(url: str, seed: int, errors: list[str]) -> None:
     rnd = random.Random(seed)
+    own = IDS[seed % len(IDS)]
     producers: dict[str, tuple[int, int]] = {}
     with httpx.Client(base_url=url, timeout=30) as c:
         for _ in range(OPS):
-            tid = rnd.choice(IDS)
-            op = rnd.choice(["init", "add", "add", "offsets", "commit", "abort"])
+            tid = own if rnd.random() < AFFINITY else rnd.choice(IDS)
+            op = rnd.choices(OPERATIONS, weights=WEIGHTS)[0]
             if tid not in producers or op == "init":
                 response = c.post(f"/v1/transactions/{tid}/init", json={})
                 if response.status_code == 200:
