@@ -81,20 +81,17 @@ class AclRules:
             bindings = await self.db.run(list_bindings)
             self.authorizer.replace(bindings, as_of=started)
 
-    def snapshot(self) -> AclSnapshot:
-        return AclSnapshot(
-            super_users=sorted(self.authorizer.super_users), acls=list(self.authorizer.bindings)
-        )
-
     async def fresh_snapshot(self) -> AclSnapshot:
-        """The bindings as the database holds them now (COORDINATOR_NOT_AVAILABLE, which
-        the nodes retry, when it cannot be read)."""
+        """The bindings as the database holds them now, with the super users, for a node
+        (COORDINATOR_NOT_AVAILABLE, which the nodes retry, when they cannot be read).
+        Read straight from the database: this instance's own copy is left alone, so the
+        nodes' polling does not drop its cached decisions."""
         try:
-            await self.reload()
+            bindings = await self.db.run(list_bindings)
         except SQLAlchemyError as exc:
             log.warning("ACLs not read for a node: %s", type(exc).__name__)
             raise CoordinatorNotAvailableError("cannot read the ACLs now; retry") from exc
-        return self.snapshot()
+        return AclSnapshot(super_users=sorted(self.authorizer.super_users), acls=bindings)
 
     async def create(self, bindings: list[AclBinding], now_ms: int) -> None:
         try:

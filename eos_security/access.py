@@ -123,11 +123,10 @@ class AccessControl:
         """Raise the resource's *_AUTHORIZATION_FAILED unless ``op`` is allowed."""
         if principal is None:
             return
-        asked_at = time.monotonic()
         await self._ensure_loaded()
         if self.authorizer.allowed(principal, rtype, name, op):
             return
-        if await self._read_since(asked_at) and self.authorizer.allowed(
+        if await self._read_since(time.monotonic()) and self.authorizer.allowed(
             principal, rtype, name, op
         ):
             return
@@ -147,11 +146,10 @@ class AccessControl:
         FAILED, as Kafka answers an idempotent producer that may write nowhere)."""
         if principal is None:
             return
-        asked_at = time.monotonic()
         await self._ensure_loaded()
         if self.authorizer.allowed_somewhere(principal, rtype, op):
             return
-        if await self._read_since(asked_at) and self.authorizer.allowed_somewhere(
+        if await self._read_since(time.monotonic()) and self.authorizer.allowed_somewhere(
             principal, rtype, op
         ):
             return
@@ -168,8 +166,10 @@ class AccessControl:
             raise CoordinatorNotAvailableError("access rules are not loaded yet; retry")
 
     async def _read_since(self, asked_at: float) -> bool:
-        """Make sure the rules in force were read after the request arrived, so a grant
-        that came before the request is never refused, however recent; whether they are.
+        """Make sure the rules in force were read after ``asked_at`` (a moment after the
+        request arrived, taken only once it was found refused, so an allowed request pays
+        nothing), so a grant that came before the request is never refused, however
+        recent; whether they are.
 
         A read already under way counts only if it started after the request: one that
         started before may carry rules older than the grant, so it is waited out and a
