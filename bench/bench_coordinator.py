@@ -40,7 +40,7 @@ from bench.harness import CLK_TCK, Conn, cpu_seconds  # noqa: E402
 from tests.support.processes import ServiceProcess, free_port  # noqa: E402
 
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
-TOKEN = "bench-token"
+TOKEN = "bench-internal-token-0123456789abcdef"
 RETRIES = [0]
 
 

@@ -48,7 +48,7 @@ from sdk import (  # noqa: E402
     TransactionalProducer,
 )
 
-TOKEN = "bench-token"
+TOKEN = "bench-internal-token-0123456789abcdef"
 RECORD = "x" * 1024
 PARTITIONS = 2
 WINDOW = 1_000  # records sent ahead of their acknowledgement, at most (about 1 MB)

@@ -34,7 +34,7 @@ from sdk import AdminClient, Producer  # noqa: E402
 from spark_jobs.eos_pipeline import PipelineConfig, build_session, run_pipeline  # noqa: E402
 from spark_jobs.transforms import copy_to  # noqa: E402
 
-TOKEN = "bench-token"
+TOKEN = "bench-internal-token-0123456789abcdef"
 PARTITIONS = 2
 
 

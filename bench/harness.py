@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 ROOT = Path(__file__).resolve().parent.parent
-TOKEN = "bench-token"
+TOKEN = "bench-internal-token-0123456789abcdef"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

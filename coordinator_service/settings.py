@@ -48,7 +48,6 @@ class CoordinatorSettings(SecuritySettings):
     )
     data_dir: Path = Field(default=Path("data/coordinator"), description="Directory for SQLite.")
     nodes: str = Field(default="", description="Storage nodes: 1=http://host:9091,2=...")
-    internal_token: str | None = Field(default=None, description="Token of internal calls.")
     public_url: str | None = Field(
         default=None, description="URL clients use to reach this instance (NOT_COORDINATOR)."
     )

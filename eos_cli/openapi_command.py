@@ -29,13 +29,13 @@ def build_spec(service: Service | str) -> dict[str, Any]:
             from coordinator_service.settings import CoordinatorSettings
 
             app = create_coordinator(
-                CoordinatorSettings(data_dir=Path(scratch), internal_token="openapi")
+                CoordinatorSettings(data_dir=Path(scratch), internal_token="openapi-internal-token-0123456789ab")
             )
         else:
             from partition_service.app import create_app as create_node
             from partition_service.settings import NodeSettings
 
-            app = create_node(NodeSettings(data_dir=Path(scratch), internal_token="openapi"))
+            app = create_node(NodeSettings(data_dir=Path(scratch), internal_token="openapi-internal-token-0123456789ab"))
         return app.openapi()
 
 

@@ -15,7 +15,16 @@ from pydantic_settings import BaseSettings
 from eos_security.tokens import TokenRegistry
 
 
+#: The shortest internal token a service accepts: anyone holding it may write markers.
+MIN_INTERNAL_TOKEN_LENGTH = 32
+
+
 class SecuritySettings(BaseSettings):
+    internal_token: str | None = Field(
+        default=None,
+        description=f"Token of internal calls between the services (at least "
+        f"{MIN_INTERNAL_TOKEN_LENGTH} characters, e.g. `openssl rand -hex 24`).",
+    )
     auth_tokens_file: Path | None = Field(
         default=None,
         description="TOML file of client tokens (hashed) and their principals; "
@@ -29,6 +38,19 @@ class SecuritySettings(BaseSettings):
         default=None,
         description="PEM CA bundle trusted for calls to other services (default: system).",
     )
+
+    @field_validator("internal_token", mode="after")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        """A short internal token can be guessed; a service refuses to start with one."""
+        if value is None or value == "":
+            return None
+        if len(value) < MIN_INTERNAL_TOKEN_LENGTH:
+            raise ValueError(
+                f"the internal token must be at least {MIN_INTERNAL_TOKEN_LENGTH} characters "
+                f"(it has {len(value)}); make one with `openssl rand -hex 24`"
+            )
+        return value
 
     @field_validator("auth_tokens_file", "tls_cert", "tls_key", "tls_ca_file", mode="before")
     @classmethod

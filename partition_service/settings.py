@@ -18,9 +18,6 @@ class NodeSettings(SecuritySettings):
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
     port: int = Field(default=9091, ge=0, le=65535, description="Port to listen on.")
     data_dir: Path = Field(default=Path("./data/node-1"), description="Where partitions live.")
-    internal_token: str | None = Field(
-        default=None, description="Token coordinators present on /internal endpoints."
-    )
     coordinator_url: str | None = Field(
         default=None, description="Any coordinator, asked to verify transactional batches."
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
 # Kafka's rule for topic names; group and transactional ids are free text of bounded size.
@@ -17,7 +17,33 @@ MAX_PARTITIONS_PER_TOPIC = 10_000
 SEQUENCE_MODULUS = 2**31  # sequences wrap at 2^31 - 1 like Kafka's
 MAX_PRODUCER_EPOCH = 32767  # a short, as in Kafka
 
-TopicName = Annotated[str, Field(pattern=TOPIC_NAME_PATTERN, examples=["orders"])]
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a topic (Kafka's rule), or None when it can.
+
+    ``.`` and ``..`` match the character rule but are refused: as path segments they
+    would be removed by URL normalisation, and on disk they name directories.
+    """
+    if not TOPIC_NAME_RE.match(name):
+        return "a topic name is 1 to 249 characters of A-Z, a-z, 0-9, '.', '_' and '-'"
+    if name in (".", ".."):
+        return f"{name!r} is not a legal topic name"
+    return None
+
+
+def _check_topic_name(name: str) -> str:
+    problem = topic_name_problem(name)
+    if problem is not None:
+        raise ValueError(problem)
+    return name
+
+
+TopicName = Annotated[
+    str,
+    Field(pattern=TOPIC_NAME_PATTERN, examples=["orders"]),
+    AfterValidator(_check_topic_name),
+]
 PartitionIndex = Annotated[int, Field(ge=0, lt=MAX_PARTITIONS_PER_TOPIC, examples=[0])]
 ProducerId = Annotated[int, Field(ge=0, le=2**63 - 1, examples=[1000])]
 ProducerEpoch = Annotated[int, Field(ge=0, le=MAX_PRODUCER_EPOCH, examples=[0])]

@@ -35,6 +35,15 @@ class NodeInfo(WireModel):
 class PartitionInfo(WireModel):
     partition: int
     leader: NodeInfo
+    created_on_node: bool = Field(
+        default=True,
+        description="False until the leader has created the partition; produce and fetch "
+        "answer UNKNOWN_TOPIC_OR_PARTITION (retriable) until then.",
+    )
+    creation_error: str | None = Field(
+        default=None,
+        description="Why the leader refused to create the partition, when it did.",
+    )
 
 
 class TopicInfo(WireModel):
@@ -60,6 +69,7 @@ class MetadataResponse(WireModel):
         {
             "cluster_id": "4f1c2b9e",
             "nodes": [{"node_id": 1, "url": "http://127.0.0.1:8091"}],
+            "coordinators": [{"node_id": 1, "url": "http://127.0.0.1:8080"}],
             "topics": [
                 {
                     "name": "orders",
@@ -73,6 +83,11 @@ class MetadataResponse(WireModel):
 
     cluster_id: str
     nodes: list[NodeInfo]
+    coordinators: list[NodeInfo] = Field(
+        default_factory=list,
+        description="The live coordinator instances (heartbeat within the lease time); "
+        "clients and storage nodes fall over to them when the one they know is down.",
+    )
     topics: list[TopicInfo]
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.support.coordinators import CoordinatorProcess
-from tests.support.nodes import NodeProcess
+from tests.support.nodes import INTERNAL_TOKEN, NodeProcess
 from tests.support.processes import free_port, wait_until
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def test_logs_are_json_with_transaction_fields(tmp_path: Path) -> None:
             r["producer_id"] == ident["producer_id"] and "producer_epoch" in r for r in marker_lines
         )
         text = coordinator.log_path.read_text() + node.log_path.read_text()
-        assert "test-internal-token" not in text, "the internal token must never be logged"
+        assert INTERNAL_TOKEN not in text, "the internal token must never be logged"
     finally:
         coordinator.stop()
         node.stop()

@@ -33,7 +33,7 @@ T = TypeVar("T")
 PG_HOST = os.environ.get("EOS_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("EOS_TEST_PG_PORT", "5432"))
 PG_USER = os.environ.get("EOS_TEST_PG_USER", "postgres")
-INTERNAL_TOKEN = "test-internal-token"
+INTERNAL_TOKEN = "test-internal-token-0123456789abcdef"
 
 
 def _admin() -> psycopg.Connection[Any]:

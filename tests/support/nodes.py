@@ -8,7 +8,7 @@ import httpx
 
 from tests.support.processes import ServiceProcess, free_port
 
-INTERNAL_TOKEN = "test-internal-token"
+INTERNAL_TOKEN = "test-internal-token-0123456789abcdef"
 
 
 class NodeProcess(ServiceProcess):
