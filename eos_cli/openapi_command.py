@@ -20,6 +20,10 @@ class Service(StrEnum):
     NODE = "node"
 
 
+#: The spec is built from an app that never serves; it still needs a valid internal token.
+_SCRATCH_TOKEN = "openapi-scratch-token-" + "0" * 16
+
+
 def build_spec(service: Service | str) -> dict[str, Any]:
     """The OpenAPI document ``service`` serves at ``/openapi.json``."""
     service = Service(service)
@@ -29,13 +33,13 @@ def build_spec(service: Service | str) -> dict[str, Any]:
             from coordinator_service.settings import CoordinatorSettings
 
             app = create_coordinator(
-                CoordinatorSettings(data_dir=Path(scratch), internal_token="openapi-internal-token-0123456789ab")
+                CoordinatorSettings(data_dir=Path(scratch), internal_token=_SCRATCH_TOKEN)
             )
         else:
             from partition_service.app import create_app as create_node
             from partition_service.settings import NodeSettings
 
-            app = create_node(NodeSettings(data_dir=Path(scratch), internal_token="openapi-internal-token-0123456789ab"))
+            app = create_node(NodeSettings(data_dir=Path(scratch), internal_token=_SCRATCH_TOKEN))
         return app.openapi()
 
 

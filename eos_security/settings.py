@@ -14,7 +14,6 @@ from pydantic_settings import BaseSettings
 
 from eos_security.tokens import TokenRegistry
 
-
 #: The shortest internal token a service accepts: anyone holding it may write markers.
 MIN_INTERNAL_TOKEN_LENGTH = 32
 
