@@ -32,6 +32,8 @@ coordinator_instances = sa.Table(
     sa.Column("instance_id", sa.String(64), nullable=False, unique=True),
     sa.Column("url", sa.String(512), nullable=False),
     sa.Column("started_ms", sa.BigInteger, nullable=False),
+    # written every lease round: the instances alive now are those with a recent heartbeat
+    sa.Column("heartbeat_ms", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 leases = sa.Table(
@@ -70,6 +72,8 @@ topic_partitions = sa.Table(
     sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
     sa.Column("node_id", sa.Integer, nullable=False),
     sa.Column("created_on_node", sa.Boolean, nullable=False, server_default=sa.false()),
+    # set when the node refused the partition (not when it was unreachable)
+    sa.Column("creation_error", sa.Text, nullable=True),
 )
 
 transactions = sa.Table(
