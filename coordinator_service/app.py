@@ -31,6 +31,7 @@ from coordinator_service.api import (
 from coordinator_service.clock import Clock, SystemClock
 from coordinator_service.db.engine import Database, make_engine, upgrade
 from coordinator_service.expiry import ExpiryScanner
+from coordinator_service.instances import InstanceRegistry
 from coordinator_service.leases import LeaseManager
 from coordinator_service.markers import MarkerChannel
 from coordinator_service.metadata import Metadata, bootstrap
@@ -123,6 +124,11 @@ def create_app(
             coordinator, clock=txn_clock, interval_ms=settings.expiry_scan_interval_ms,
             expiration_ms=settings.transactional_id_expiration_ms,
         )
+        instances = InstanceRegistry(
+            db, instance_pk=node_id, url=settings.effective_public_url, clock=leases_clock,
+            lease_ms=settings.lease_ms, interval_ms=settings.lease_renew_interval_ms,
+        )
+        await instances.beat()
         acl_rules = AclRules(db, access.authorizer, refresh_interval_ms=settings.acl_refresh_ms)
         await acl_rules.reload()
         access.refresh = acl_rules.reload
@@ -131,6 +137,7 @@ def create_app(
             http=http, metadata=md, producer_ids=pids, markers=markers,
             coordinator=coordinator, leases=leases, expiry=expiry, metrics=metrics,
             node_id=node_id, writer=writer, access=access, acl_rules=acl_rules,
+            instances=instances,
         )
         writer.start()
         markers.start(coordinator.complete_jobs)
@@ -139,6 +146,7 @@ def create_app(
             await leases.start()
             tasks.append(asyncio.create_task(md.run_reconciler(), name="reconciler"))
             tasks.append(asyncio.create_task(acl_rules.run_forever(), name="acls"))
+            tasks.append(asyncio.create_task(instances.run_forever(), name="heartbeat"))
             if background:
                 tasks.append(asyncio.create_task(leases.run_forever(), name="leases"))
                 tasks.append(asyncio.create_task(expiry.run_forever(), name="expiry"))
@@ -158,6 +166,8 @@ def create_app(
             await writer.stop()
             with contextlib.suppress(Exception):
                 await leases.release_all()
+            with contextlib.suppress(Exception):
+                await instances.stop()
             await link.close()
             await http.aclose()
             db.dispose()

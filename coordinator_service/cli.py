@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from coordinator_service.settings import CoordinatorSettings
-from sdk.protocol.server import serve
+from sdk.protocol.server import serve, settings_or_exit
 
 
 def _plain_type(annotation: Any) -> Any:
@@ -46,7 +46,7 @@ def _settings_parameters() -> list[inspect.Parameter]:
 def settings_from_flags(flags: dict[str, Any]) -> CoordinatorSettings:
     """Settings from the environment, overridden by the flags that were given."""
     given = {k: v for k, v in flags.items() if v is not None}
-    return CoordinatorSettings(**given)
+    return settings_or_exit(CoordinatorSettings, **given)
 
 
 def run_coordinator(settings: CoordinatorSettings) -> None:

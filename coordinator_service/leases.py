@@ -103,6 +103,7 @@ class LeaseManager:
         self.loading: set[int] = set()
         self.ready = False
         self._round_lock = asyncio.Lock()
+        self._foreign_expiry: int | None = None
 
     # --- queries -------------------------------------------------------------------------
 
@@ -173,7 +174,18 @@ class LeaseManager:
                 lost.append(p)
         return lost
 
+    def _next_foreign_expiry(self, conn: Connection, now: int) -> int | None:
+        """When the soonest lease held by another instance runs out (None if none does)."""
+        soonest = conn.execute(
+            sa.select(sa.func.min(leases.c.expires_at_ms))
+            .where(leases.c.owner.is_not(None), leases.c.owner != self.instance_id)
+            .where(leases.c.expires_at_ms > now)
+            .where(leases.c.log_partition < self._partitions)
+        ).scalar()
+        return None if soonest is None else int(soonest)
+
     def _acquire(self, conn: Connection, now: int) -> list[tuple[int, int]]:
+        self._foreign_expiry = self._next_foreign_expiry(conn, now)
         free = conn.execute(
             sa.select(leases.c.log_partition, leases.c.coordinator_epoch)
             .where(sa.or_(leases.c.owner.is_(None), leases.c.expires_at_ms <= now))
@@ -235,9 +247,19 @@ class LeaseManager:
         await self.run_round()
         self.ready = True
 
+    def next_round_in_s(self) -> float:
+        """Until the next round: the renewal interval, or sooner when another instance's
+        lease runs out before then, so a dead owner's partitions are taken as soon as its
+        lease allows rather than up to a renewal interval later."""
+        wait = self._renew_interval_s
+        if self._foreign_expiry is not None:
+            until_free = (self._foreign_expiry - self._clock.now_ms() + 5) / 1000
+            wait = min(wait, max(0.01, until_free))
+        return wait
+
     async def run_forever(self) -> None:
         while True:
-            await asyncio.sleep(self._renew_interval_s)
+            await asyncio.sleep(self.next_round_in_s())
             try:
                 await self.run_round()
             except Exception:  # the database may be away for a while: try again next round

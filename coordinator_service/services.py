@@ -10,6 +10,7 @@ from coordinator_service.acls import AclRules
 from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database
 from coordinator_service.expiry import ExpiryScanner
+from coordinator_service.instances import InstanceRegistry
 from coordinator_service.leases import LeaseManager
 from coordinator_service.markers import MarkerChannel
 from coordinator_service.metadata import Metadata
@@ -41,3 +42,4 @@ class Services:
     writer: WriteBatcher
     access: AccessControl
     acl_rules: AclRules
+    instances: InstanceRegistry

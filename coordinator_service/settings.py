@@ -15,6 +15,7 @@ from pydantic_settings import SettingsConfigDict
 
 from eos_security.settings import SecuritySettings
 from sdk.protocol.acl import PRINCIPAL_RE
+from sdk.protocol.addresses import check_url
 
 
 def parse_nodes(spec: str) -> dict[int, str]:
@@ -27,7 +28,9 @@ def parse_nodes(spec: str) -> dict[int, str]:
         node_id, sep, url = item.partition("=")
         if not sep or not node_id.strip().isdigit() or not url.strip():
             raise ValueError(f"bad node entry {item!r}: expected ID=URL")
-        nodes[int(node_id)] = url.strip().rstrip("/")
+        if int(node_id) in nodes:
+            raise ValueError(f"node {int(node_id)} is named twice in --nodes")
+        nodes[int(node_id)] = check_url(url, f"storage node {int(node_id)}")
     return nodes
 
 
@@ -85,6 +88,12 @@ class CoordinatorSettings(SecuritySettings):
     def _nodes_parse(cls, value: str) -> str:
         parse_nodes(value)
         return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url_usable(cls, value: str | None) -> str | None:
+        """Clients and nodes are sent to this URL: it must be one they can use."""
+        return None if not value else check_url(value, "URL")
 
     @field_validator("super_users")
     @classmethod

@@ -21,6 +21,7 @@ from eos_security.authorizer import Authorizer
 from partition_service.acls import AclFetcher
 from partition_service.api import groups, health, internal, records
 from partition_service.context import NodeContext
+from partition_service.coordinators import CoordinatorPool
 from partition_service.log.log import LogConfig
 from partition_service.metrics import NodeMetrics
 from partition_service.partition import Limits
@@ -41,11 +42,16 @@ from sdk.protocol.server import (
 log = logging.getLogger("eos.node")
 
 
-def build_verifier(settings: NodeSettings) -> TransactionVerifier:
+def build_verifier(settings: NodeSettings, pool: CoordinatorPool) -> TransactionVerifier:
     if settings.txn_verification == "off":
         return TrustingVerifier()
-    return CoordinatorVerifier(
-        settings.coordinator_url, settings.internal_token, verify=settings.client_verify()
+    return CoordinatorVerifier(pool)
+
+
+def build_pool(settings: NodeSettings) -> CoordinatorPool:
+    return CoordinatorPool(
+        settings.coordinator_urls, settings.internal_token,
+        timeout_s=settings.coordinator_timeout_ms / 1000, verify=settings.client_verify(),
     )
 
 
@@ -64,16 +70,14 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
         group_offset_partitions=settings.group_offset_partitions,
     )
     authorizer = Authorizer()
-    fetcher = AclFetcher(
-        authorizer, settings.coordinator_url, settings.internal_token,
-        refresh_interval_ms=settings.acl_refresh_ms, verify=settings.client_verify(),
-    )
+    pool = build_pool(settings)
+    fetcher = AclFetcher(authorizer, pool, refresh_interval_ms=settings.acl_refresh_ms)
     access = AccessControl(settings.token_registry(), authorizer, refresh=fetcher.refresh)
     access_control.ensure_internal_token_distinct(access.tokens, settings.internal_token)
     context = NodeContext(
         settings=settings,
         registry=registry,
-        verifier=build_verifier(settings),
+        verifier=build_verifier(settings, pool),
         metrics=NodeMetrics(registry),
         access=access,
     )
@@ -82,20 +86,27 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         count = registry.load_all()
         registry.start()
-        rules = asyncio.create_task(fetcher.run_forever()) if access.enabled else None
+        loops: list[asyncio.Task[None]] = []
+        if access.enabled:
+            loops.append(asyncio.create_task(fetcher.run_forever(), name="acls"))
+        if pool.configured:
+            interval_s = settings.acl_refresh_ms / 1000
+            loops.append(asyncio.create_task(pool.run_forever(interval_s), name="members"))
         context.ready = True
         log.info("node %d ready with %d partitions", settings.node_id, count)
         try:
             yield
         finally:
             context.ready = False
-            if rules is not None:
-                rules.cancel()
+            for task in loops:
+                task.cancel()
+            for task in loops:
                 with contextlib.suppress(asyncio.CancelledError):
-                    await rules
+                    await task
             await registry.stop()
             await context.verifier.close()
             await fetcher.close()
+            await pool.close()
 
     app = FastAPI(
         title="EOS storage node",

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from partition_service.settings import NodeSettings
-from sdk.protocol.server import serve
+from sdk.protocol.server import serve, settings_or_exit
 
 
 def run_node(settings: NodeSettings) -> None:
@@ -38,8 +38,19 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(envvar="EOS_INTERNAL_TOKEN", help="Coordinators' token.")
         ] = None,
         coordinator_url: Annotated[
-            str | None, typer.Option(envvar="EOS_COORDINATOR_URL", help="Any coordinator.")
+            str | None,
+            typer.Option(
+                envvar="EOS_COORDINATOR_URL",
+                help="Coordinators, comma-separated; the node falls over between them.",
+            ),
         ] = None,
+        coordinator_timeout_ms: Annotated[
+            int,
+            typer.Option(
+                envvar="EOS_COORDINATOR_TIMEOUT_MS",
+                help="How long a coordinator may take before the next one is asked.",
+            ),
+        ] = 2_000,
         txn_verification: Annotated[
             str, typer.Option(envvar="EOS_TXN_VERIFICATION", help="coordinator | off")
         ] = "coordinator",
@@ -80,13 +91,15 @@ def register(app: typer.Typer) -> None:
         ] = "json",
     ) -> None:
         """Run a storage node: partition logs with idempotent and transactional writes."""
-        settings = NodeSettings(
+        settings = settings_or_exit(
+            NodeSettings,
             node_id=node_id,
             host=host,
             port=port,
             data_dir=data_dir,
             internal_token=internal_token,
             coordinator_url=coordinator_url,
+            coordinator_timeout_ms=coordinator_timeout_ms,
             txn_verification=txn_verification,
             fsync=fsync,
             segment_bytes=segment_bytes,

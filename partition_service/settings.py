@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from eos_security.settings import SecuritySettings
+from sdk.protocol.addresses import parse_url_list
 
 
 class NodeSettings(SecuritySettings):
@@ -19,7 +20,15 @@ class NodeSettings(SecuritySettings):
     port: int = Field(default=9091, ge=0, le=65535, description="Port to listen on.")
     data_dir: Path = Field(default=Path("./data/node-1"), description="Where partitions live.")
     coordinator_url: str | None = Field(
-        default=None, description="Any coordinator, asked to verify transactional batches."
+        default=None,
+        description="Coordinators, comma-separated (http://c1:8080,http://c2:8080): asked "
+        "to verify transactional batches and for the ACLs; the node learns the other live "
+        "instances from them and falls over between them.",
+    )
+    coordinator_timeout_ms: int = Field(
+        default=2_000,
+        ge=10,
+        description="How long a coordinator may take to answer before the next one is asked.",
     )
     txn_verification: Literal["coordinator", "off"] = Field(
         default="coordinator",
@@ -41,4 +50,16 @@ class NodeSettings(SecuritySettings):
         default=5_000, ge=100, description="How often the ACLs are fetched from the coordinator."
     )
     log_level: str = Field(default="info")
+
+    @field_validator("coordinator_url")
+    @classmethod
+    def _coordinators_usable(cls, value: str | None) -> str | None:
+        """A list the node could never use is refused at start, not at every produce."""
+        if value is None or not value.strip():
+            return None
+        return ",".join(parse_url_list(value, "URL"))
+
+    @property
+    def coordinator_urls(self) -> list[str]:
+        return [] if self.coordinator_url is None else self.coordinator_url.split(",")
     log_format: Literal["json", "text"] = Field(default="json", description="json or text")

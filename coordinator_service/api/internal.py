@@ -2,6 +2,9 @@
 
 ``GET /internal/v1/acls`` hands the nodes the rules they enforce on produce and fetch.
 
+``GET /internal/v1/coordinators`` names the live instances, so a node configured with
+one or two coordinators learns the rest and falls over to them.
+
 ``GET /internal/v1/producers/{producer_id}/transaction`` is KIP-890's verification: before a
 node opens a transaction for a producer on a partition it asks whether that partition was
 added. Every add-partitions is durable before it is acknowledged, so any instance can answer
@@ -21,7 +24,7 @@ from fastapi import APIRouter, Depends, FastAPI, Path
 from coordinator_service.api.deps import ServicesDep
 from sdk.protocol.acl import AclSnapshot
 from sdk.protocol.common import TopicPartition
-from sdk.protocol.coordinator import ProducerTransactionView
+from sdk.protocol.coordinator import NodeInfo, ProducerTransactionView
 from sdk.protocol.errors import UnknownProducerIdError
 from sdk.protocol.server import error_responses, internal_token_checker
 
@@ -70,6 +73,18 @@ def build_router(internal_token: str | None) -> APIRouter:
         with the time it asked, so the answer must hold every grant made before then,
         whichever instance made it."""
         return await services.acl_rules.fresh_snapshot()
+
+    @router.get(
+        "/coordinators",
+        operation_id="getLiveCoordinators",
+        summary="The live coordinator instances (storage nodes fall over to them)",
+        response_model=list[NodeInfo],
+        responses=error_responses(
+            "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED", "COORDINATOR_NOT_AVAILABLE"
+        ),
+    )
+    async def live_coordinators(services: ServicesDep) -> list[NodeInfo]:
+        return await services.instances.live()
 
     return router
 

@@ -35,15 +35,25 @@ router = APIRouter(prefix="/v1", tags=["metadata"])
     response_model=MetadataResponse,
     responses=error_responses("UNAUTHENTICATED"),
 )
-async def get_metadata(services: ServicesDep, caller: Caller) -> MetadataResponse:
+async def get_metadata(
+    services: ServicesDep,
+    caller: Caller,
+    include_topics: bool = Query(
+        default=True,
+        description="false: only the cluster id, storage nodes and live coordinators "
+        "(what a client asks to learn where it may fall over to).",
+    ),
+) -> MetadataResponse:
     md = services.metadata
     access = services.access
+    topics = await md.all_topics() if include_topics else []
     return MetadataResponse(
         cluster_id=md.cluster_id,
         nodes=[md.node_info(n) for n in md.nodes],
+        coordinators=await services.instances.live(),
         topics=[
             topic
-            for topic in await md.all_topics()
+            for topic in topics
             if access.allowed(caller, ResourceType.TOPIC, topic.name, Operation.DESCRIBE)
         ],
     )

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hmac
 import logging
+import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -252,6 +254,29 @@ class RequestShape:
         if size > self.max_header_bytes:
             return f"request headers of {size} bytes; at most {self.max_header_bytes}"
         return None
+
+
+SettingsT = TypeVar("SettingsT")
+
+
+def settings_or_exit(model: Callable[..., SettingsT], **values: Any) -> SettingsT:
+    """The service's settings, or a clear message and exit status 2.
+
+    A setting the service could not use (a malformed URL, a short internal token) stops
+    it before it listens, with one line per problem naming the flag or ``EOS_*``
+    variable, instead of a traceback, or a service that starts and fails every request.
+    """
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        lines = []
+        for problem in exc.errors():
+            name = ".".join(str(p) for p in problem["loc"]) or "settings"
+            flag = "--" + name.replace("_", "-")
+            message = str(problem["msg"]).removeprefix("Value error, ")
+            lines.append(f"error: {flag} (EOS_{name.upper()}): {message}")
+        print("\n".join(lines), file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def serve(

@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from partition_service.coordinators import CoordinatorPool
 from partition_service.verification import CoordinatorVerifier
 from sdk.protocol.common import TopicPartition
 from sdk.protocol.errors import (
@@ -22,6 +23,10 @@ from tests.support.coordinators import INTERNAL_TOKEN, InProcessCoordinator
 from tests.support.processes import free_port
 
 
+def _verifier(*urls: str, token: str = INTERNAL_TOKEN, timeout_s: float = 5.0) -> CoordinatorVerifier:
+    return CoordinatorVerifier(CoordinatorPool(list(urls), token, timeout_s=timeout_s))
+
+
 def test_verifier_answers(coordinator: InProcessCoordinator) -> None:
     with coordinator.client() as client:
         topic(client)
@@ -29,8 +34,8 @@ def test_verifier_answers(coordinator: InProcessCoordinator) -> None:
         ok(add(client, "v", pid, epoch, 1))
 
     async def check() -> None:
-        verifier = CoordinatorVerifier(coordinator.url, INTERNAL_TOKEN)
-        assert verifier._fast is not None  # the keep-alive client, not httpx
+        verifier = _verifier(coordinator.url)
+        assert verifier.pool._fast is not None  # the keep-alive client, not httpx
         try:
             for _ in range(3):  # the same connection, reused
                 await verifier.verify(pid, epoch, TopicPartition(topic="orders", partition=1))
@@ -43,15 +48,15 @@ def test_verifier_answers(coordinator: InProcessCoordinator) -> None:
                 await verifier.verify(pid, epoch + 1, TopicPartition(topic="orders", partition=1))
             with pytest.raises(TransactionAbortableError):  # unknown producer id: 404
                 await verifier.verify(pid + 9999, 0, TopicPartition(topic="orders", partition=1))
-            wrong = CoordinatorVerifier(coordinator.url, "not-the-token")
+            wrong = _verifier(coordinator.url, token="not-the-token")
             with pytest.raises(CoordinatorNotAvailableError):  # 401
                 await wrong.verify(pid, epoch, TopicPartition(topic="orders", partition=1))
-            await wrong.close()
-            gone = CoordinatorVerifier(f"http://127.0.0.1:{free_port()}", INTERNAL_TOKEN)
+            await wrong.pool.close()
+            gone = _verifier(f"http://127.0.0.1:{free_port()}")
             with pytest.raises(CoordinatorNotAvailableError):
                 await gone.verify(pid, epoch, TopicPartition(topic="orders", partition=1))
-            await gone.close()
+            await gone.pool.close()
         finally:
-            await verifier.close()
+            await verifier.pool.close()
 
     asyncio.run(check())

@@ -1,0 +1,163 @@
+"""The coordinators a storage node asks, with failover: no single one is needed.
+
+A node asks coordinators two things: KIP-890's verification of a transactional batch and
+the ACL snapshot. Any instance answers both from the shared database, so the node needs
+*an* instance, never a particular one. It is configured with a list
+(``--coordinator-url http://c1:8080,http://c2:8080``), learns the live instances from
+``GET /internal/v1/coordinators`` every refresh, and asks them in order of preference:
+
+* the instance that answered last comes first (its connections are warm);
+* an instance that did not answer — refused connection, reset, or no answer within
+  ``timeout_s``, which is how a paused process that still holds its sockets shows — is
+  set aside for ``down_s`` and the next one is asked at once, within the same request;
+* when every instance is set aside the node still tries them all, soonest-back first,
+  rather than refusing without asking.
+
+So losing the instance the node was started with costs at most one ``timeout_s`` for the
+requests in flight to it, and none after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import Callable
+
+import httpx
+import orjson
+
+from sdk.protocol.errors import CoordinatorNotAvailableError
+from sdk.protocol.keepalive import KeepAliveClient
+from sdk.protocol.server import internal_headers
+
+log = logging.getLogger("eos.node.coordinators")
+
+Answer = tuple[int, bytes]
+
+#: Answers that say "this instance cannot serve now" (a proxy, a dying server): try the next.
+_UNAVAILABLE = frozenset({502, 503, 504})
+
+
+class CoordinatorPool:
+    """Every known coordinator, the preferred first; ``get`` falls over between them."""
+
+    def __init__(
+        self,
+        urls: list[str],
+        internal_token: str | None,
+        *,
+        timeout_s: float,
+        down_s: float = 5.0,
+        verify: ssl.SSLContext | bool = True,
+        client: httpx.AsyncClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.configured = list(urls)
+        self._learned: list[str] = []
+        self._preferred: str | None = self.configured[0] if self.configured else None
+        self._down_until: dict[str, float] = {}
+        self._down_s = down_s
+        self._clock = clock
+        self._headers = {**internal_headers(internal_token), "accept": "application/json"}
+        self._fast: KeepAliveClient | None = None
+        if client is None:
+            # one connection per concurrent verification, kept for the next ones
+            self._fast = KeepAliveClient(timeout_s=timeout_s, max_idle_per_host=64)
+        self._client = client or httpx.AsyncClient(
+            timeout=timeout_s, headers=internal_headers(internal_token), verify=verify
+        )
+
+    # --- membership ----------------------------------------------------------------------
+
+    @property
+    def known(self) -> list[str]:
+        """Configured instances first (in their order), then the learned ones."""
+        return self.configured + [u for u in self._learned if u not in self.configured]
+
+    def candidates(self) -> list[str]:
+        """The order in which to ask: preferred, then the others that are not set aside,
+        then the set-aside ones, the soonest back first."""
+        now = self._clock()
+        known = self.known
+        if self._preferred in known:
+            known.remove(self._preferred)
+            known.insert(0, self._preferred)
+        up = [u for u in known if self._down_until.get(u, 0.0) <= now]
+        down = sorted(
+            (u for u in known if self._down_until.get(u, 0.0) > now),
+            key=lambda u: self._down_until[u],
+        )
+        return up + down
+
+    def learn(self, urls: list[str]) -> None:
+        """Adopt the live instances the cluster named (the configured ones always stay)."""
+        self._learned = [u.rstrip("/") for u in urls]
+
+    def set_aside(self, url: str) -> None:
+        self._down_until[url] = self._clock() + self._down_s
+        if self._preferred == url:
+            self._preferred = None
+
+    # --- requests ------------------------------------------------------------------------
+
+    async def _send(self, url: str) -> Answer:
+        if self._fast is not None and self._fast.supports(url):
+            return await self._fast.request("GET", url, headers=self._headers)
+        response = await self._client.get(url)
+        return response.status_code, response.content
+
+    async def get(self, path: str) -> Answer:
+        """GET ``path`` from the first coordinator that answers; the answer as it is.
+
+        Raises COORDINATOR_NOT_AVAILABLE when none did, naming what each one did.
+        """
+        if not self.configured and not self._learned:
+            raise CoordinatorNotAvailableError(
+                "this node has no coordinator URL (--coordinator-url)"
+            )
+        failures: list[str] = []
+        for base in self.candidates():
+            try:
+                status, content = await self._send(base + path)
+            except httpx.HTTPError as exc:
+                failures.append(f"{base}: {exc or type(exc).__name__}")
+                self.set_aside(base)
+                continue
+            if status in _UNAVAILABLE:
+                failures.append(f"{base}: HTTP {status}")
+                self.set_aside(base)
+                continue
+            if self._preferred != base:
+                log.info("asking coordinator %s from now on", base)
+            self._preferred = base
+            self._down_until.pop(base, None)
+            return status, content
+        raise CoordinatorNotAvailableError(
+            "no coordinator answered: " + "; ".join(failures)
+        )
+
+    async def refresh_members(self) -> None:
+        """Learn the live instances; a failure keeps the list as it was."""
+        try:
+            status, content = await self.get("/internal/v1/coordinators")
+            if status != 200:
+                raise CoordinatorNotAvailableError(f"HTTP {status}")
+            urls = [str(item["url"]) for item in orjson.loads(content)]
+        except (CoordinatorNotAvailableError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
+            log.warning("live coordinators not refreshed: %s", exc)
+            return
+        if sorted(urls) != sorted(self._learned):
+            log.info("live coordinators: %s", ", ".join(urls) or "(none)")
+        self.learn(urls)
+
+    async def run_forever(self, interval_s: float) -> None:
+        while True:
+            await self.refresh_members()
+            await asyncio.sleep(interval_s)
+
+    async def close(self) -> None:
+        if self._fast is not None:
+            await self._fast.close()
+        await self._client.aclose()
