@@ -8,8 +8,10 @@ individual calls take ``USE_DEFAULT`` (the configured value) as distinct from ``
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from sdk.protocol.addresses import parse_url_list
 from sdk.protocol.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, MAX_TRANSACTION_TIMEOUT_MS
 
 
@@ -45,6 +47,11 @@ class RetryConfig:
     """How requests are retried: exponential backoff between ``backoff_ms`` and
     ``backoff_max_ms`` (with jitter), ``fast_backoff_ms`` for CONCURRENT_TRANSACTIONS
     (Kafka retries it quickly because the previous transaction is about to complete).
+    One attempt at a storage node may take ``request_timeout_ms``; one at a coordinator
+    only ``coordinator_timeout_ms``, because coordinators answer from memory or after one
+    database write, and a coordinator that takes longer is most likely paused: the
+    attempt is then made again, at the instance that owns the id by then. A paused
+    transaction coordinator therefore costs a client at most its lease time plus this.
 
     Example::
 
@@ -55,17 +62,24 @@ class RetryConfig:
     backoff_max_ms: int = 1_000
     fast_backoff_ms: int = 5
     request_timeout_ms: int = 30_000
+    coordinator_timeout_ms: int = 5_000
 
     def __post_init__(self) -> None:
         if self.backoff_ms < 0 or self.backoff_max_ms < self.backoff_ms:
             raise ValueError("need 0 <= backoff_ms <= backoff_max_ms")
         if self.request_timeout_ms <= 0:
             raise ValueError("request_timeout_ms must be positive")
+        if self.coordinator_timeout_ms <= 0:
+            raise ValueError("coordinator_timeout_ms must be positive")
 
 
 @dataclass(frozen=True)
 class ProducerConfig:
     """Settings of ``Producer`` and ``TransactionalProducer``.
+
+    ``bootstrap_url`` is one coordinator URL or several (a comma-separated string or a
+    list, like Kafka's ``bootstrap.servers``); the client learns the other live instances
+    from the cluster and falls over between them.
 
     ``linger_ms`` and ``batch_size`` (bytes) shape the batches of each partition;
     ``max_in_flight`` (at most 5, Kafka's limit for idempotence) is how many batches of one
@@ -75,7 +89,7 @@ class ProducerConfig:
     is the CA bundle that ``https://`` services are verified against.
     """
 
-    bootstrap_url: str
+    bootstrap_url: str | Sequence[str]
     transactional_id: str | None = None
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     linger_ms: int = 5
@@ -89,6 +103,7 @@ class ProducerConfig:
     ca_file: str | None = None
 
     def __post_init__(self) -> None:
+        parse_url_list(self.bootstrap_url, "bootstrap")
         if not 1 <= self.max_in_flight <= 5:
             raise ValueError("max_in_flight must be within 1..5 for an idempotent producer")
         if self.linger_ms < 0:
@@ -109,7 +124,7 @@ class ConsumerConfig:
     committed offset (or the committed one is out of range): ``earliest`` or ``latest``.
     ``token`` and ``ca_file`` are as in ``ProducerConfig``."""
 
-    bootstrap_url: str
+    bootstrap_url: str | Sequence[str]
     group_id: str | None = None
     isolation_level: str = "read_committed"
     auto_offset_reset: str = "earliest"
@@ -122,6 +137,7 @@ class ConsumerConfig:
     ca_file: str | None = None
 
     def __post_init__(self) -> None:
+        parse_url_list(self.bootstrap_url, "bootstrap")
         if self.isolation_level not in ("read_committed", "read_uncommitted"):
             raise ValueError("isolation_level is read_committed or read_uncommitted")
         if self.auto_offset_reset not in ("earliest", "latest"):

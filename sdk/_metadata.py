@@ -1,5 +1,12 @@
-"""What the client knows about the cluster: partitions and their leaders, the coordinator
-of its transactional id, the storage node of each consumer group. No I/O here.
+"""What the client knows about the cluster: the coordinators it may ask, partitions and
+their leaders, the coordinator of its transactional id, the storage node of each consumer
+group. No I/O here.
+
+The coordinators come from ``bootstrap`` (one URL, a comma-separated list, or a sequence,
+as Kafka's ``bootstrap.servers``) and from the live instances the cluster names
+(``coordinators`` in ``GET /v1/metadata``). Requests that any instance answers go to the
+first one not set aside; an instance that did not answer is set aside for a while, so the
+loss of the one a client bootstrapped on costs it one failed attempt.
 
 Placement never changes once written (DESIGN.md §4), so entries live until a request says
 otherwise: NOT_LEADER_OR_FOLLOWER or a lost connection drops a topic; NOT_COORDINATOR moves
@@ -8,19 +15,72 @@ the coordinator to the URL the answer names (or forgets it, to be found again).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import quote
 
 from sdk._transport import refind_target
 from sdk._types import TopicPartition
+from sdk.protocol.addresses import parse_url_list
 from sdk.protocol.errors import UnknownTopicOrPartitionError
+from sdk.protocol.paths import segment
+
+#: How long an instance that did not answer is passed over.
+SET_ASIDE_S = 5.0
+#: How often the live coordinators are learned again (Kafka's ``metadata.max.age.ms``).
+MEMBERS_MAX_AGE_S = 300.0
+
+Bootstrap = str | Sequence[str]
+
+
+class CoordinatorEndpoints:
+    """The coordinator instances a client may ask, in order of preference."""
+
+    def __init__(self, bootstrap: Bootstrap, clock: Callable[[], float] = time.monotonic) -> None:
+        self.configured = parse_url_list(bootstrap, "bootstrap")
+        self._learned: list[str] = []
+        self._down_until: dict[str, float] = {}
+        self._clock = clock
+        self._learned_at: float | None = None
+
+    @property
+    def known(self) -> list[str]:
+        return self.configured + [u for u in self._learned if u not in self.configured]
+
+    def current(self) -> str:
+        """The first instance not set aside; when all are, the soonest back."""
+        now = self._clock()
+        known = self.known
+        for url in known:
+            if self._down_until.get(url, 0.0) <= now:
+                return url
+        return min(known, key=lambda u: self._down_until.get(u, 0.0))
+
+    def set_aside(self, url: str) -> None:
+        """``url`` did not answer: ask the others first for a while."""
+        url = url.rstrip("/")
+        if url in self.known:
+            self._down_until[url] = self._clock() + SET_ASIDE_S
+            self._learned_at = None  # the membership may have changed: learn it again
+
+    def learn(self, urls: list[str]) -> None:
+        self._learned = [u.rstrip("/") for u in urls]
+        self._learned_at = self._clock()
+
+    def learn_due(self) -> bool:
+        return self._learned_at is None or self._clock() - self._learned_at > MEMBERS_MAX_AGE_S
+
+    def learning_tried(self) -> None:
+        """A learning call was made (whatever came of it): not again before the max age,
+        unless an instance stops answering."""
+        self._learned_at = self._clock()
 
 
 class MetadataCache:
     """Leaders and coordinators, keyed by what the client asks about."""
 
-    def __init__(self, bootstrap_url: str) -> None:
-        self.bootstrap_url = bootstrap_url.rstrip("/")
+    def __init__(self, bootstrap: Bootstrap) -> None:
+        self.endpoints = CoordinatorEndpoints(bootstrap)
         self._leaders: dict[str, list[str]] = {}
         self._stale: set[str] = set()  # leaders to look up again (the count stays valid)
         self.txn_coordinator: str | None = None
@@ -38,9 +98,20 @@ class MetadataCache:
         self._stale.discard(name)
         return leaders
 
+    @property
+    def bootstrap_url(self) -> str:
+        """The coordinator to ask what any instance answers."""
+        return self.endpoints.current()
+
     def update_metadata(self, body: dict[str, Any]) -> None:
         for topic in body.get("topics", []):
             self.update_topic(topic)
+        if "coordinators" in body:
+            self.endpoints.learn([str(c["url"]) for c in body["coordinators"]])
+
+    def unreachable(self, url: str) -> None:
+        """A request to ``url`` got no answer: pass over it if it is a coordinator."""
+        self.endpoints.set_aside(url)
 
     def partition_count(self, topic: str) -> int | None:
         leaders = self._leaders.get(topic)
@@ -79,19 +150,24 @@ class MetadataCache:
 
 
 def topic_path(topic: str) -> str:
-    return f"/v1/topics/{topic}"
+    return f"/v1/topics/{segment(topic)}"
+
+
+def partition_path(tp: TopicPartition, action: str) -> str:
+    """``/v1/partitions/{topic}/{partition}/{action}`` (records, offsets, producers)."""
+    return f"/v1/partitions/{segment(tp.topic)}/{segment(tp.partition)}/{action}"
 
 
 def records_path(tp: TopicPartition) -> str:
-    return f"/v1/partitions/{tp.topic}/{tp.partition}/records"
+    return partition_path(tp, "records")
 
 
 def txn_path(transactional_id: str, action: str) -> str:
-    return f"/v1/transactions/{quote(transactional_id, safe='')}/{action}"
+    return f"/v1/transactions/{segment(transactional_id)}/{action}"
 
 
 def group_path(group_id: str, action: str) -> str:
-    return f"/v1/groups/{quote(group_id, safe='')}/{action}"
+    return f"/v1/groups/{segment(group_id)}/{action}"
 
 
 def find_coordinator_params(key: str, key_type: str) -> dict[str, str]:

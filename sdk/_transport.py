@@ -20,7 +20,7 @@ import random
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -39,9 +39,11 @@ from sdk._errors import EosTimeoutError, NetworkError
 from sdk.protocol.errors import (
     EosError,
     InternalError,
-    RetriableError,
     error_for,
 )
+
+if TYPE_CHECKING:
+    from sdk._metadata import MetadataCache
 
 
 class Req(enum.StrEnum):
@@ -99,22 +101,37 @@ class RetryPolicy:
     outcome (connection lost, timeout, a bare 502/503/504) may be retried. ``retriable``:
     the error codes worth another attempt. ``refind``: codes after which the target is
     looked up again. ``in_place``: the transport retries it; if false the caller does.
+    ``coordinator``: a coordinator answers it quickly, so one attempt may take only
+    ``coordinator_timeout_ms`` (otherwise ``request_timeout_ms``).
     """
 
     idempotent: bool
     retriable: frozenset[str] = _ALL_RETRIABLE
     refind: frozenset[str] = _ROUTING
     in_place: bool = True
+    coordinator: bool = True
 
 
-_NODE_REFIND = frozenset({"NOT_LEADER_OR_FOLLOWER", "NOT_COORDINATOR"})
+# Kafka's metadata errors: the partition is not (yet, or no longer) where the client
+# thought, because it was just created, its node is restarting or its leader moved. The
+# client looks the leader up again and retries until its deadline.
+_METADATA_STALE = frozenset({"NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION"})
+_NODE_REFIND = _METADATA_STALE | {"NOT_COORDINATOR"}
+_NODE_RETRIABLE = _ALL_RETRIABLE | _METADATA_STALE
+
+
+def _node(refind: frozenset[str] = _NODE_REFIND) -> RetryPolicy:
+    """A request to a storage node (attempts may take the full request timeout)."""
+    return RetryPolicy(idempotent=True, retriable=_NODE_RETRIABLE, refind=refind, coordinator=False)
+
 
 #: The one place where the retry rule of each request lives.
 POLICIES: dict[Req, RetryPolicy] = {
     Req.METADATA: RetryPolicy(idempotent=True),
     Req.TOPIC: RetryPolicy(idempotent=True),
     # A second create after a lost answer would say TOPIC_ALREADY_EXISTS: not idempotent.
-    Req.CREATE_TOPIC: RetryPolicy(idempotent=False),
+    # It waits for the partitions to be created on their nodes: the longer timeout.
+    Req.CREATE_TOPIC: RetryPolicy(idempotent=False, coordinator=False),
     Req.FIND_COORDINATOR: RetryPolicy(idempotent=True),
     # A lost answer only wastes a producer id.
     Req.INIT_PRODUCER_ID: RetryPolicy(idempotent=True),
@@ -127,26 +144,25 @@ POLICIES: dict[Req, RetryPolicy] = {
     # Sequence numbers make a repeat a duplicate; the accumulator keeps the order.
     Req.PRODUCE: RetryPolicy(
         idempotent=True,
-        retriable=frozenset(
-            {
-                "NOT_LEADER_OR_FOLLOWER",
-                "KAFKA_STORAGE_ERROR",
-                "COORDINATOR_NOT_AVAILABLE",
-                "CONCURRENT_TRANSACTIONS",
-                "COORDINATOR_LOAD_IN_PROGRESS",
-            }
-        ),
-        refind=frozenset({"NOT_LEADER_OR_FOLLOWER"}),
+        retriable=_METADATA_STALE
+        | {
+            "KAFKA_STORAGE_ERROR",
+            "COORDINATOR_NOT_AVAILABLE",
+            "CONCURRENT_TRANSACTIONS",
+            "COORDINATOR_LOAD_IN_PROGRESS",
+        },
+        refind=_METADATA_STALE,
         in_place=False,
+        coordinator=False,
     ),
-    Req.FETCH: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
-    Req.LIST_OFFSETS: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
-    Req.OFFSET_COMMIT: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
-    Req.TXN_OFFSET_COMMIT: RetryPolicy(idempotent=True, refind=_NODE_REFIND | _ROUTING),
-    Req.OFFSET_FETCH: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
+    Req.FETCH: _node(),
+    Req.LIST_OFFSETS: _node(),
+    Req.OFFSET_COMMIT: _node(),
+    Req.TXN_OFFSET_COMMIT: _node(_NODE_REFIND | _ROUTING),
+    Req.OFFSET_FETCH: _node(),
     Req.LIST_TRANSACTIONS: RetryPolicy(idempotent=True),
     Req.DESCRIBE_TRANSACTION: RetryPolicy(idempotent=True),
-    Req.DESCRIBE_PRODUCERS: RetryPolicy(idempotent=True, refind=_NODE_REFIND),
+    Req.DESCRIBE_PRODUCERS: _node(),
     Req.FORCE_ABORT: RetryPolicy(idempotent=True),
     Req.LIST_ACLS: RetryPolicy(idempotent=True),
     # Creating a binding that exists is harmless, and so is deleting one that is gone
@@ -166,10 +182,15 @@ UNKNOWN_OUTCOME = (httpx.TransportError, UnavailableResponse)
 
 
 def classify(policy: RetryPolicy, exc: BaseException) -> Verdict:
-    """What to do after ``exc``, by the policy's row."""
+    """What to do after ``exc``, by the policy's row.
+
+    The row decides, not the error's class: UNKNOWN_TOPIC_OR_PARTITION is no retriable
+    error in the catalogue (a node cannot know whether the partition will come), but a
+    request to a storage node treats it as stale metadata and retries, as Kafka does.
+    """
     if isinstance(exc, UNKNOWN_OUTCOME):
         return Verdict.RETRY if policy.idempotent else Verdict.FAIL
-    if isinstance(exc, RetriableError) and exc.code in policy.retriable:
+    if isinstance(exc, EosError) and exc.code in policy.retriable:
         return Verdict.REFIND if exc.code in policy.refind else Verdict.RETRY
     return Verdict.FAIL
 
@@ -302,8 +323,27 @@ def _body(json: Any) -> bytes | None:
     return None if json is None else orjson.dumps(json)
 
 
+def attempt_timeout_s(policy: RetryPolicy, retry: RetryConfig) -> float:
+    """How long one attempt of a request may take."""
+    ms = retry.coordinator_timeout_ms if policy.coordinator else retry.request_timeout_ms
+    return ms / 1000
+
+
+#: The small metadata request that names the live coordinators.
+MEMBERS_PATH = "/v1/metadata"
+MEMBERS_PARAMS = {"include_topics": "false"}
+
+
+def learn_members(metadata: MetadataCache, body: Any) -> None:
+    if isinstance(body, dict):
+        metadata.update_metadata(body)
+
+
 class SyncTransport:
-    """Blocking requests through ``httpx.Client``; safe to share between threads."""
+    """Blocking requests through ``httpx.Client``; safe to share between threads.
+
+    ``on_unreachable`` is told the base URL of every attempt that got no answer, so the
+    metadata cache can pass over a coordinator that is down or paused."""
 
     def __init__(
         self,
@@ -315,6 +355,7 @@ class SyncTransport:
         ca_file: str | None = None,
     ) -> None:
         self.retry = retry
+        self.on_unreachable: Callable[[str], None] | None = None
         self.client = httpx.Client(
             transport=transport, **_client_kwargs(retry, headers or {}, token, ca_file)
         )
@@ -327,14 +368,42 @@ class SyncTransport:
         json: Any = None,
         params: dict[str, Any] | None = None,
         on_wire: Callable[[], None] | None = None,
+        timeout_s: float | None = None,
     ) -> Any:
         """One attempt; the envelope becomes an exception. ``on_wire`` is called once the
         request body has been written to the connection."""
         extensions = None if on_wire is None else {"trace": _sync_trace(on_wire)}
         response = self.client.request(
-            method, url, content=_body(json), params=params, extensions=extensions
+            method, url, content=_body(json), params=params, extensions=extensions,
+            timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
         )
         return parse_response(response)
+
+    def _attempt(self, method: str, base: str, path: str, **kwargs: Any) -> Any:
+        try:
+            return self.send_once(method, base + path, **kwargs)
+        except UNKNOWN_OUTCOME:
+            if self.on_unreachable is not None:
+                self.on_unreachable(base)
+            raise
+
+    def bootstrap(self, metadata: MetadataCache) -> str:
+        """The coordinator to ask what any instance answers, after learning the live
+        instances when that is due (at the first request, then now and then). A failed
+        learning call is no error: the configured instances remain."""
+        endpoints = metadata.endpoints
+        if endpoints.learn_due():
+            endpoints.learning_tried()
+            base = endpoints.current()
+            timeout_s = self.retry.coordinator_timeout_ms / 1000
+            try:
+                body = self._attempt(
+                    "GET", base, MEMBERS_PATH, params=MEMBERS_PARAMS, timeout_s=timeout_s
+                )
+                learn_members(metadata, body)
+            except (EosError, *UNKNOWN_OUTCOME):
+                pass
+        return endpoints.current()
 
     def call(
         self,
@@ -352,11 +421,14 @@ class SyncTransport:
         every attempt so a re-found coordinator is used at once. ``json`` may be a
         callable, asked for the body of each attempt."""
         shape = _RetryShape(req, self.retry, timeout_s, invalidate)
+        each_s = attempt_timeout_s(shape.policy, self.retry)
         try:
             for attempt in Retrying(**shape.kwargs()):
                 with attempt:
                     body = json() if callable(json) else json
-                    return self.send_once(method, base() + path, json=body, params=params)
+                    return self._attempt(
+                        method, base(), path, json=body, params=params, timeout_s=each_s
+                    )
         except BaseException as exc:
             final = _final_error(req, shape.policy, exc)
             if final is exc:
@@ -381,6 +453,7 @@ class AsyncTransport:
         ca_file: str | None = None,
     ) -> None:
         self.retry = retry
+        self.on_unreachable: Callable[[str], None] | None = None
         self.client = httpx.AsyncClient(
             transport=transport, **_client_kwargs(retry, headers or {}, token, ca_file)
         )
@@ -393,12 +466,38 @@ class AsyncTransport:
         json: Any = None,
         params: dict[str, Any] | None = None,
         on_wire: Callable[[], None] | None = None,
+        timeout_s: float | None = None,
     ) -> Any:
         extensions = None if on_wire is None else {"trace": _async_trace(on_wire)}
         response = await self.client.request(
-            method, url, content=_body(json), params=params, extensions=extensions
+            method, url, content=_body(json), params=params, extensions=extensions,
+            timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
         )
         return parse_response(response)
+
+    async def _attempt(self, method: str, base: str, path: str, **kwargs: Any) -> Any:
+        try:
+            return await self.send_once(method, base + path, **kwargs)
+        except UNKNOWN_OUTCOME:
+            if self.on_unreachable is not None:
+                self.on_unreachable(base)
+            raise
+
+    async def bootstrap(self, metadata: MetadataCache) -> str:
+        """As ``SyncTransport.bootstrap``."""
+        endpoints = metadata.endpoints
+        if endpoints.learn_due():
+            endpoints.learning_tried()
+            base = endpoints.current()
+            timeout_s = self.retry.coordinator_timeout_ms / 1000
+            try:
+                body = await self._attempt(
+                    "GET", base, MEMBERS_PATH, params=MEMBERS_PARAMS, timeout_s=timeout_s
+                )
+                learn_members(metadata, body)
+            except (EosError, *UNKNOWN_OUTCOME):
+                pass
+        return endpoints.current()
 
     async def call(
         self,
@@ -413,12 +512,15 @@ class AsyncTransport:
         invalidate: Invalidate | None = None,
     ) -> Any:
         shape = _RetryShape(req, self.retry, timeout_s, invalidate)
+        each_s = attempt_timeout_s(shape.policy, self.retry)
         try:
             async for attempt in AsyncRetrying(**shape.kwargs()):
                 with attempt:
                     url = await base()
                     body = json() if callable(json) else json
-                    return await self.send_once(method, url + path, json=body, params=params)
+                    return await self._attempt(
+                        method, url, path, json=body, params=params, timeout_s=each_s
+                    )
         except BaseException as exc:
             final = _final_error(req, shape.policy, exc)
             if final is exc:
@@ -439,6 +541,7 @@ __all__ = [
     "SyncTransport",
     "UnavailableResponse",
     "Verdict",
+    "attempt_timeout_s",
     "backoff_s",
     "classify",
     "parse_response",

@@ -9,12 +9,17 @@ node. Answers are the wire models of ``sdk.protocol``, so they are typed and val
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from sdk._config import USE_DEFAULT, RetryConfig, TimeoutArg, resolve_timeout
-from sdk._metadata import MetadataCache, find_coordinator_params, topic_path
+from sdk._metadata import (
+    Bootstrap,
+    MetadataCache,
+    find_coordinator_params,
+    partition_path,
+    topic_path,
+)
 from sdk._transport import Req, SyncTransport
 from sdk._types import TopicPartition, as_topic_partition
 from sdk.protocol.acl import (
@@ -35,6 +40,7 @@ from sdk.protocol.coordinator import (
 )
 from sdk.protocol.errors import TopicAlreadyExistsError
 from sdk.protocol.node import PartitionOffsets, ProducerDescription
+from sdk.protocol.paths import segment
 from sdk.protocol.states import TransactionState
 
 _DEFAULT_TIMEOUT_MS = 30_000
@@ -53,7 +59,7 @@ class AdminClient:
 
     def __init__(
         self,
-        bootstrap_url: str,
+        bootstrap_url: Bootstrap,
         *,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
@@ -66,6 +72,7 @@ class AdminClient:
             retry or RetryConfig(), transport=transport, headers=headers or {}, token=token,
             ca_file=ca_file,
         )
+        self._http.on_unreachable = self._metadata.unreachable
 
     def __enter__(self) -> AdminClient:
         return self
@@ -77,7 +84,7 @@ class AdminClient:
         self._http.close()
 
     def _bootstrap(self) -> str:
-        return self._metadata.bootstrap_url
+        return self._http.bootstrap(self._metadata)
 
     def _get(
         self, req: Req, path: str, timeout: TimeoutArg, params: dict[str, Any] | None = None
@@ -155,7 +162,7 @@ class AdminClient:
         body = self._http.call(
             Req.LIST_OFFSETS,
             "GET",
-            f"/v1/partitions/{tp.topic}/{tp.partition}/offsets",
+            partition_path(tp, "offsets"),
             base=lambda: self._const(url),
             timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
         )
@@ -183,7 +190,7 @@ class AdminClient:
     def describe_transaction(
         self, transactional_id: str, *, timeout: TimeoutArg = USE_DEFAULT
     ) -> TransactionDescription:
-        path = f"/v1/transactions/{quote(transactional_id, safe='')}"
+        path = f"/v1/transactions/{segment(transactional_id)}"
         body = self._get(Req.DESCRIBE_TRANSACTION, path, timeout)
         return TransactionDescription.model_validate(body)
 
@@ -197,7 +204,7 @@ class AdminClient:
         body = self._http.call(
             Req.DESCRIBE_PRODUCERS,
             "GET",
-            f"/v1/partitions/{tp.topic}/{tp.partition}/producers",
+            partition_path(tp, "producers"),
             base=lambda: self._const(url),
             timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
         )
@@ -207,7 +214,7 @@ class AdminClient:
         self, transactional_id: str, *, timeout: TimeoutArg = USE_DEFAULT
     ) -> TransactionState:
         """Abort a hanging transaction and fence its producer; returns the new state."""
-        path = f"/v1/admin/transactions/{quote(transactional_id, safe='')}/abort"
+        path = f"/v1/admin/transactions/{segment(transactional_id)}/abort"
 
         def owner() -> str:
             return self._coordinator(transactional_id, timeout)

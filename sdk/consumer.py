@@ -17,7 +17,14 @@ import httpx
 
 from sdk._config import USE_DEFAULT, ConsumerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._consumer_base import ConsumerCore
-from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path
+from sdk._metadata import (
+    Bootstrap,
+    find_coordinator_params,
+    group_path,
+    partition_path,
+    records_path,
+    topic_path,
+)
 from sdk._producer_base import normalise_offsets
 from sdk._transport import Req, SyncTransport
 from sdk._types import (
@@ -46,7 +53,7 @@ class Consumer:
 
     def __init__(
         self,
-        bootstrap_url: str,
+        bootstrap_url: Bootstrap,
         group_id: str | None = None,
         *,
         isolation_level: str = "read_committed",
@@ -75,6 +82,7 @@ class Consumer:
         self._http = SyncTransport(config.retry, transport=transport, headers=config.headers,
             token=config.token, ca_file=config.ca_file,
         )
+        self._http.on_unreachable = self._core.metadata.unreachable
 
     def __enter__(self) -> Consumer:
         return self
@@ -124,7 +132,7 @@ class Consumer:
         body = self._http.call(
             Req.LIST_OFFSETS,
             "GET",
-            f"/v1/partitions/{tp.topic}/{tp.partition}/offsets",
+            partition_path(tp, "offsets"),
             base=lambda: self._leader(tp),
             timeout_s=timeout_s,
             invalidate=lambda _exc: self._core.metadata.invalidate_topic(tp.topic),
@@ -237,7 +245,7 @@ class Consumer:
     # --- metadata ------------------------------------------------------------------------
 
     def _bootstrap(self) -> str:
-        return self._core.metadata.bootstrap_url
+        return self._http.bootstrap(self._core.metadata)
 
     def _leader(self, tp: TopicPartition) -> str:
         url = self._core.metadata.leader(tp)

@@ -20,7 +20,14 @@ import httpx
 from sdk._accumulator import FutureLike, ProducerBatch
 from sdk._config import USE_DEFAULT, ProducerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._errors import EosTimeoutError
-from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path, txn_path
+from sdk._metadata import (
+    Bootstrap,
+    find_coordinator_params,
+    group_path,
+    records_path,
+    topic_path,
+    txn_path,
+)
 from sdk._producer_base import Actions, Body, ProducerCore, normalise_offsets, now_ms
 from sdk._state import ProducerState
 from sdk._transport import Req, SyncTransport
@@ -39,6 +46,7 @@ class _SyncProducerBase:
         self._http = SyncTransport(config.retry, transport=transport, headers=config.headers,
             token=config.token, ca_file=config.ca_file,
         )
+        self._http.on_unreachable = self._core.metadata.unreachable
         self._cond = threading.Condition(threading.RLock())
         self._pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="eos-producer")
         self._add_future: Future[None] | None = None
@@ -201,7 +209,7 @@ class _SyncProducerBase:
     # --- helpers -------------------------------------------------------------------------
 
     def _bootstrap(self) -> str:
-        return self._core.metadata.bootstrap_url
+        return self._http.bootstrap(self._core.metadata)
 
     def _fetch_topic(self, topic: str) -> list[str]:
         body = self._http.call(
@@ -261,7 +269,7 @@ class Producer(_SyncProducerBase):
 
     def __init__(
         self,
-        bootstrap_url: str,
+        bootstrap_url: Bootstrap,
         *,
         linger_ms: int = 5,
         batch_size: int = 16_384,
@@ -305,7 +313,7 @@ class TransactionalProducer(_SyncProducerBase):
 
     def __init__(
         self,
-        bootstrap_url: str,
+        bootstrap_url: Bootstrap,
         transactional_id: str,
         *,
         transaction_timeout_ms: int = 60_000,

@@ -27,6 +27,7 @@ from sdk._metadata import (
     MetadataCache,
     find_coordinator_params,
     group_path,
+    partition_path,
     records_path,
     topic_path,
     txn_path,
@@ -66,9 +67,10 @@ class _Client:
     def __init__(self, bootstrap_url: str, retry: RetryConfig | None) -> None:
         self.metadata = MetadataCache(bootstrap_url)
         self.http = SyncTransport(retry or RetryConfig())
+        self.http.on_unreachable = self.metadata.unreachable
 
     def bootstrap(self) -> str:
-        return self.metadata.bootstrap_url
+        return self.http.bootstrap(self.metadata)
 
     def leader(self, tp: TopicPartition) -> str:
         url = self.metadata.leader(tp)
@@ -211,7 +213,7 @@ class SequencedPartitionWriter(_Client):
         """The last sequence this producer (at this epoch) wrote to ``tp``, or -1."""
         body = self.http.call(
             Req.DESCRIBE_PRODUCERS, "GET",
-            f"/v1/partitions/{tp.topic}/{tp.partition}/producers",
+            partition_path(tp, "producers"),
             base=lambda: self.leader(tp), timeout_s=CALL_TIMEOUT_S,
             invalidate=lambda _exc: self.metadata.invalidate_topic(tp.topic),
         )

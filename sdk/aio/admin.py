@@ -12,12 +12,17 @@ node. Answers are the wire models of ``sdk.protocol``, so they are typed and val
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 
 from sdk._config import USE_DEFAULT, RetryConfig, TimeoutArg, resolve_timeout
-from sdk._metadata import MetadataCache, find_coordinator_params, topic_path
+from sdk._metadata import (
+    Bootstrap,
+    MetadataCache,
+    find_coordinator_params,
+    partition_path,
+    topic_path,
+)
 from sdk._transport import AsyncTransport, Req
 from sdk._types import TopicPartition, as_topic_partition
 from sdk.protocol.acl import (
@@ -38,6 +43,7 @@ from sdk.protocol.coordinator import (
 )
 from sdk.protocol.errors import TopicAlreadyExistsError
 from sdk.protocol.node import PartitionOffsets, ProducerDescription
+from sdk.protocol.paths import segment
 from sdk.protocol.states import TransactionState
 
 _DEFAULT_TIMEOUT_MS = 30_000
@@ -56,7 +62,7 @@ class AsyncAdminClient:
 
     def __init__(
         self,
-        bootstrap_url: str,
+        bootstrap_url: Bootstrap,
         *,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
@@ -69,6 +75,7 @@ class AsyncAdminClient:
             retry or RetryConfig(), transport=transport, headers=headers or {}, token=token,
             ca_file=ca_file,
         )
+        self._http.on_unreachable = self._metadata.unreachable
 
     async def __aenter__(self) -> AsyncAdminClient:
         return self
@@ -80,7 +87,7 @@ class AsyncAdminClient:
         await self._http.aclose()
 
     async def _bootstrap(self) -> str:
-        return self._metadata.bootstrap_url
+        return await self._http.bootstrap(self._metadata)
 
     async def _get(
         self, req: Req, path: str, timeout: TimeoutArg, params: dict[str, Any] | None = None
@@ -158,7 +165,7 @@ class AsyncAdminClient:
         body = await self._http.call(
             Req.LIST_OFFSETS,
             "GET",
-            f"/v1/partitions/{tp.topic}/{tp.partition}/offsets",
+            partition_path(tp, "offsets"),
             base=lambda: self._const(url),
             timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
         )
@@ -186,7 +193,7 @@ class AsyncAdminClient:
     async def describe_transaction(
         self, transactional_id: str, *, timeout: TimeoutArg = USE_DEFAULT
     ) -> TransactionDescription:
-        path = f"/v1/transactions/{quote(transactional_id, safe='')}"
+        path = f"/v1/transactions/{segment(transactional_id)}"
         body = await self._get(Req.DESCRIBE_TRANSACTION, path, timeout)
         return TransactionDescription.model_validate(body)
 
@@ -200,7 +207,7 @@ class AsyncAdminClient:
         body = await self._http.call(
             Req.DESCRIBE_PRODUCERS,
             "GET",
-            f"/v1/partitions/{tp.topic}/{tp.partition}/producers",
+            partition_path(tp, "producers"),
             base=lambda: self._const(url),
             timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
         )
@@ -210,7 +217,7 @@ class AsyncAdminClient:
         self, transactional_id: str, *, timeout: TimeoutArg = USE_DEFAULT
     ) -> TransactionState:
         """Abort a hanging transaction and fence its producer; returns the new state."""
-        path = f"/v1/admin/transactions/{quote(transactional_id, safe='')}/abort"
+        path = f"/v1/admin/transactions/{segment(transactional_id)}/abort"
 
         async def owner() -> str:
             return await self._coordinator(transactional_id, timeout)

@@ -20,7 +20,14 @@ import httpx
 
 from sdk._config import USE_DEFAULT, ConsumerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._consumer_base import ConsumerCore
-from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path
+from sdk._metadata import (
+    Bootstrap,
+    find_coordinator_params,
+    group_path,
+    partition_path,
+    records_path,
+    topic_path,
+)
 from sdk._producer_base import normalise_offsets
 from sdk._transport import AsyncTransport, Req
 from sdk._types import (
@@ -49,7 +56,7 @@ class AsyncConsumer:
 
     def __init__(
         self,
-        bootstrap_url: str,
+        bootstrap_url: Bootstrap,
         group_id: str | None = None,
         *,
         isolation_level: str = "read_committed",
@@ -78,6 +85,7 @@ class AsyncConsumer:
         self._http = AsyncTransport(config.retry, transport=transport, headers=config.headers,
             token=config.token, ca_file=config.ca_file,
         )
+        self._http.on_unreachable = self._core.metadata.unreachable
 
     async def __aenter__(self) -> AsyncConsumer:
         return self
@@ -127,7 +135,7 @@ class AsyncConsumer:
         body = await self._http.call(
             Req.LIST_OFFSETS,
             "GET",
-            f"/v1/partitions/{tp.topic}/{tp.partition}/offsets",
+            partition_path(tp, "offsets"),
             base=lambda: self._leader(tp),
             timeout_s=timeout_s,
             invalidate=lambda _exc: self._core.metadata.invalidate_topic(tp.topic),
@@ -240,7 +248,7 @@ class AsyncConsumer:
     # --- metadata ------------------------------------------------------------------------
 
     async def _bootstrap(self) -> str:
-        return self._core.metadata.bootstrap_url
+        return await self._http.bootstrap(self._core.metadata)
 
     async def _leader(self, tp: TopicPartition) -> str:
         url = self._core.metadata.leader(tp)

@@ -22,7 +22,14 @@ import httpx
 from sdk._accumulator import FutureLike, ProducerBatch
 from sdk._config import USE_DEFAULT, ProducerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._errors import EosTimeoutError
-from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path, txn_path
+from sdk._metadata import (
+    Bootstrap,
+    find_coordinator_params,
+    group_path,
+    records_path,
+    topic_path,
+    txn_path,
+)
 from sdk._producer_base import Actions, Body, ProducerCore, normalise_offsets, now_ms
 from sdk._state import ProducerState
 from sdk._transport import AsyncTransport, Req
@@ -43,6 +50,7 @@ class _AsyncProducerBase:
         self._http = AsyncTransport(config.retry, transport=transport, headers=config.headers,
             token=config.token, ca_file=config.ca_file,
         )
+        self._http.on_unreachable = self._core.metadata.unreachable
         self._wake: asyncio.Event | None = None
         self._sender: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -222,7 +230,7 @@ class _AsyncProducerBase:
     # --- helpers -------------------------------------------------------------------------
 
     async def _bootstrap(self) -> str:
-        return self._core.metadata.bootstrap_url
+        return await self._http.bootstrap(self._core.metadata)
 
     async def _fetch_topic(self, topic: str) -> list[str]:
         body = await self._http.call(
@@ -283,7 +291,7 @@ class AsyncProducer(_AsyncProducerBase):
 
     def __init__(
         self,
-        bootstrap_url: str,
+        bootstrap_url: Bootstrap,
         *,
         linger_ms: int = 5,
         batch_size: int = 16_384,
@@ -327,7 +335,7 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
 
     def __init__(
         self,
-        bootstrap_url: str,
+        bootstrap_url: Bootstrap,
         transactional_id: str,
         *,
         transaction_timeout_ms: int = 60_000,

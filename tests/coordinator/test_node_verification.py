@@ -23,7 +23,9 @@ from tests.support.coordinators import INTERNAL_TOKEN, InProcessCoordinator
 from tests.support.processes import free_port
 
 
-def _verifier(*urls: str, token: str = INTERNAL_TOKEN, timeout_s: float = 5.0) -> CoordinatorVerifier:
+def _verifier(
+    *urls: str, token: str = INTERNAL_TOKEN, timeout_s: float = 5.0
+) -> CoordinatorVerifier:
     return CoordinatorVerifier(CoordinatorPool(list(urls), token, timeout_s=timeout_s))
 
 

@@ -18,7 +18,9 @@ GROUP_OFFSET_PARTITIONS = 5
 class SqliteCoordinator(ServiceProcess):
     """``python -m coordinator_service`` on SQLite in ``data_dir``."""
 
-    def __init__(self, data_dir: Path, nodes: str, port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, nodes: str, port: int | None = None, extra: list[str] | None = None
+    ) -> None:
         port = port or free_port()
         args = [
             "--port", str(port),
@@ -29,6 +31,7 @@ class SqliteCoordinator(ServiceProcess):
             "--marker-backoff-max-ms", "200",
             "--reconcile-interval-ms", "100",
             "--log-level", "warning",
+            *(extra or []),
         ]
         data_dir.mkdir(parents=True, exist_ok=True)
         super().__init__("coordinator_service", args, port, data_dir.parent / "coordinator.log")
@@ -56,7 +59,9 @@ class Cluster:
             node.stop()
 
 
-def start_cluster(root: Path, node_count: int = 2, fsync: bool = False) -> Cluster:
+def start_cluster(
+    root: Path, node_count: int = 2, fsync: bool = False, coordinator_extra: list[str] | None = None
+) -> Cluster:
     coordinator_port = free_port()
     coordinator_url = f"http://127.0.0.1:{coordinator_port}"
     extra = ["--group-offset-partitions", str(GROUP_OFFSET_PARTITIONS)]
@@ -69,7 +74,9 @@ def start_cluster(root: Path, node_count: int = 2, fsync: bool = False) -> Clust
     for node in nodes:
         node.start()
     spec = ",".join(f"{n.node_id}={n.url}" for n in nodes)
-    coordinator = SqliteCoordinator(root / "coordinator", spec, port=coordinator_port)
+    coordinator = SqliteCoordinator(
+        root / "coordinator", spec, port=coordinator_port, extra=coordinator_extra
+    )
     cluster = Cluster(coordinator, nodes)
     try:
         coordinator.start()
