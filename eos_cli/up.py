@@ -4,8 +4,13 @@ One coordinator (or several, on PostgreSQL) and M storage nodes run as child pro
 each with its own data directory under ``--data-dir`` and its log file beside it. The
 cluster's internal token is made once and kept in the data directory, so a restart of
 ``eos up`` finds the same cluster: same data, same token, same ports. With ``--auth`` it
-also makes a tokens file and a super user's token there. Ctrl-C or SIGTERM
-stops every child cleanly (SIGTERM, then SIGKILL for any that hangs).
+also makes a tokens file and a super user's token there.
+
+Every node is given every coordinator's URL, so a node can still verify transactional
+batches while one coordinator is down. Once the cluster is ready, ``eos up`` supervises
+it (``eos_cli.supervisor``): a service that dies is reported on stderr and restarted
+with a growing delay while the others keep running. Ctrl-C or SIGTERM stops every child
+cleanly (SIGTERM, then SIGKILL for any that hangs).
 """
 
 from __future__ import annotations
@@ -13,61 +18,21 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-import httpx
 from rich.console import Console
+from rich.markup import escape
 
+from eos_cli.supervisor import Service, Supervisor
 from eos_security.tokens import new_token, token_entry
 
 console = Console(stderr=True)
 ADMIN = "User:admin"
-
-
-@dataclass
-class Child:
-    name: str
-    url: str
-    argv: list[str]
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self, env: dict[str, str]) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # Ctrl-C reaches us; we stop the children
-            )
-
-    def ready(self) -> bool:
-        if self.process is None or self.process.poll() is not None:
-            raise RuntimeError(
-                f"{self.name} exited with {self.process.returncode if self.process else '?'};"
-                f" see {self.log_path}"
-            )
-        try:
-            return httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 @dataclass
@@ -80,7 +45,6 @@ class ClusterPlan:
     database_url: str | None = None
     log_level: str = "warning"
     auth: bool = False
-    children: list[Child] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.coordinators > 1 and not self.database_url:
@@ -90,6 +54,12 @@ class ClusterPlan:
     @property
     def coordinator_urls(self) -> list[str]:
         return [f"http://{self.host}:{self.port_base + i}" for i in range(self.coordinators)]
+
+    @property
+    def bootstrap_list(self) -> str:
+        """Every coordinator, comma-separated: what nodes and clients are given, so that
+        any one coordinator being down is not an outage for them."""
+        return ",".join(self.coordinator_urls)
 
     @property
     def node_urls(self) -> dict[int, str]:
@@ -120,10 +90,20 @@ class ClusterPlan:
             path.chmod(0o600)
         return path.read_text().strip()
 
-    def build(self) -> list[Child]:
+    def service(self, name: str, url: str, argv: list[str]) -> Service:
+        slug = name.replace(" ", "-")
+        return Service(
+            name,
+            url,
+            argv,
+            log_path=self.data_dir / "logs" / f"{slug}.log",
+            pid_path=self.data_dir / "run" / f"{slug}.pid",
+        )
+
+    def build(self) -> list[Service]:
         python = sys.executable
         nodes_spec = ",".join(f"{n}={url}" for n, url in self.node_urls.items())
-        children: list[Child] = []
+        children: list[Service] = []
         for n, url in self.node_urls.items():
             argv = [
                 python,
@@ -138,11 +118,11 @@ class ClusterPlan:
                 "--data-dir",
                 str(self.data_dir / f"node-{n}"),
                 "--coordinator-url",
-                self.coordinator_urls[0],
+                self.bootstrap_list,
                 "--log-level",
                 self.log_level,
             ]
-            children.append(Child(f"node {n}", url, argv, self.data_dir / "logs" / f"node-{n}.log"))
+            children.append(self.service(f"node {n}", url, argv))
         for i, url in enumerate(self.coordinator_urls):
             argv = [
                 python,
@@ -163,15 +143,7 @@ class ClusterPlan:
             ]
             if self.database_url:
                 argv += ["--database-url", self.database_url]
-            children.append(
-                Child(
-                    f"coordinator {i + 1}",
-                    url,
-                    argv,
-                    self.data_dir / "logs" / f"coordinator-{i + 1}.log",
-                )
-            )
-        self.children = children
+            children.append(self.service(f"coordinator {i + 1}", url, argv))
         return children
 
     def environment(self) -> dict[str, str]:
@@ -185,73 +157,58 @@ class ClusterPlan:
 
 
 class Cluster:
-    """Starts the plan's children, waits for them all, and stops them in reverse order."""
+    """The plan's services under a supervisor: started together, kept running, stopped
+    in reverse order."""
 
     def __init__(self, plan: ClusterPlan) -> None:
         self.plan = plan
         self.children = plan.build()
+        self.supervisor = Supervisor(self.children, plan.environment())
 
-    def start(self, timeout: float = 120.0) -> None:
-        env = self.plan.environment()
-        for child in self.children:
-            child.start(env)
-        deadline = time.monotonic() + timeout
-        waiting = list(self.children)
-        while waiting:
-            waiting = [child for child in waiting if not child.ready()]
-            if waiting and time.monotonic() > deadline:
-                names = ", ".join(child.name for child in waiting)
-                raise RuntimeError(f"not ready after {timeout:.0f}s: {names}")
-            if waiting:
-                time.sleep(0.1)
+    def start(self, timeout: float = 120.0, stopping: Callable[[], bool] = lambda: False) -> None:
+        self.supervisor.start(timeout, stopping)
+
+    def supervise(self, stopping: Callable[[], bool]) -> None:
+        self.supervisor.run(stopping)
 
     def stop(self) -> None:
-        for child in reversed(self.children):
-            child.stop()
-
-    def failed(self) -> Child | None:
-        for child in self.children:
-            if child.process is not None and child.process.poll() is not None:
-                return child
-        return None
+        self.supervisor.stop()
 
     @property
     def bootstrap_url(self) -> str:
+        """One coordinator: enough for a client that only takes one URL."""
         return self.plan.coordinator_urls[0]
 
 
 def run_up(plan: ClusterPlan) -> int:
-    """Run the cluster until Ctrl-C / SIGTERM; returns the exit code."""
-    cluster = Cluster(plan)
-    stopping = {"now": False}
+    """Run the cluster until Ctrl-C / SIGTERM; returns the exit code (1 if the first start
+    failed; deaths after that are restarted, not fatal)."""
+    stopping = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        stopping["now"] = True
+        stopping.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    cluster = Cluster(plan)
     try:
-        cluster.start()
+        cluster.start(stopping=stopping.is_set)
     except RuntimeError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         cluster.stop()
         return 1
-    for child in cluster.children:
-        print(f"{child.name:<14} {child.url}", flush=True)
-    if plan.auth:
-        print(f"auth on: export EOS_TOKEN=$(cat {plan.data_dir / 'admin-token'})  "
-              f"({ADMIN}, a super user; eos auth new-token adds others)", flush=True)
-    print(
-        f"cluster ready: bootstrap {cluster.bootstrap_url}  (data in {plan.data_dir})", flush=True
-    )
-    code = 0
-    while not stopping["now"]:
-        dead = cluster.failed()
-        if dead is not None:
-            console.print(f"[red]error:[/red] {dead.name} exited; see {dead.log_path}")
-            code = 1
-            break
-        time.sleep(0.2)
+    if not stopping.is_set():
+        for child in cluster.children:
+            print(f"{child.name:<14} {child.url}", flush=True)
+        if plan.auth:
+            print(f"auth on: export EOS_TOKEN=$(cat {plan.data_dir / 'admin-token'})  "
+                  f"({ADMIN}, a super user; eos auth new-token adds others)", flush=True)
+        print(f"pids in {plan.data_dir / 'run'}; a service that dies is restarted", flush=True)
+        print(
+            f"cluster ready: bootstrap {plan.bootstrap_list}  (data in {plan.data_dir})",
+            flush=True,
+        )
+        cluster.supervise(stopping.is_set)
     cluster.stop()
     print("cluster stopped", flush=True)
-    return code
+    return 0

@@ -1,23 +1,60 @@
 """docker-compose.yml and the Dockerfile, checked without a Docker engine: the services,
-their start order, health checks, volumes, ports, and that every EOS_ variable they set is
-one the code really reads."""
+their start order, health checks, volumes, ports, that every EOS_ variable they set is
+one the code really reads, that the internal token has no default, and that every node
+and Spark container is given every coordinator.
+
+Compose's variable interpolation is done here as compose does it (``${VAR}``,
+``${VAR:-default}``, ``${VAR-default}``, ``${VAR:?message}``, ``${VAR?message}``, ``$$``),
+so that these checks run wherever the tests do, whether or not a compose CLI is
+installed."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 
 from coordinator_service.settings import CoordinatorSettings
 from partition_service.settings import NodeSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-INTERPOLATION = re.compile(r"\$\{(\w+):-([^}]*)\}")
+INTERPOLATION = re.compile(r"\$\$|\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 COORDINATORS = ["coordinator-1", "coordinator-2"]
 NODES = ["node-1", "node-2", "node-3"]
+SPARK = ["spark-master", "spark-worker"]
+EVERY_COORDINATOR = [f"http://{name}:8080" for name in COORDINATORS]
+TOKEN = "0123456789abcdef" * 3  # what `openssl rand -hex 24` makes: 48 characters
+SHELL = {"EOS_INTERNAL_TOKEN": TOKEN}  # the least a shell must export
+
+
+class RequiredVariable(Exception):
+    """Compose's refusal for ``${VAR:?message}`` with VAR unset (or empty)."""
+
+
+def interpolate(value: str, shell: Mapping[str, str]) -> str:
+    """``value`` with its variables replaced as compose replaces them."""
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, op, arg = match.group(1), match.group(2), match.group(3)
+        given = shell.get(name)
+        if op in (":?", "?") and (given is None or (op == ":?" and not given)):
+            raise RequiredVariable(f"required variable {name} is missing a value: {arg}")
+        if (op == ":-" and not given) or (op == "-" and given is None):
+            return str(arg)
+        return given or ""
+
+    result = INTERPOLATION.sub(one, value)
+    unparsed = INTERPOLATION.sub("", value)
+    assert "$" not in unparsed, f"{value!r}: compose would call this an invalid template"
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -27,16 +64,12 @@ def compose() -> dict[str, Any]:
     return loaded
 
 
-def env_of(service: dict[str, Any], given: dict[str, str] | None = None) -> dict[str, str]:
-    """The service's environment as compose would set it, with ``${VAR:-default}`` taken
-    from ``given`` (the shell's variables) or its default."""
+def env_of(service: dict[str, Any], shell: Mapping[str, str] = SHELL) -> dict[str, str]:
+    """The service's environment as compose would set it from the shell's variables
+    (by default, just the internal token that compose requires)."""
     env = service.get("environment", {})
     assert isinstance(env, dict), "environment must be a mapping"
-
-    def interpolate(match: re.Match[str]) -> str:
-        return (given or {}).get(match.group(1), match.group(2))
-
-    return {str(k): INTERPOLATION.sub(interpolate, str(v)) for k, v in env.items()}
+    return {str(k): interpolate(str(v), shell) for k, v in env.items()}
 
 
 def test_services_and_images(compose: dict[str, Any]) -> None:
@@ -55,7 +88,10 @@ def test_services_and_images(compose: dict[str, Any]) -> None:
 
 def test_environment_variables_are_read_by_the_code(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    readers = {**{n: CoordinatorSettings for n in COORDINATORS}, **{n: NodeSettings for n in NODES}}
+    readers: dict[str, type[BaseSettings]] = {
+        **{n: CoordinatorSettings for n in COORDINATORS},
+        **{n: NodeSettings for n in NODES},
+    }
     for name, settings in readers.items():
         env = env_of(services[name])
         assert env, name
@@ -81,8 +117,8 @@ def test_settings_built_from_the_compose_environment(
         monkeypatch.setenv(key, value)
     node = NodeSettings()
     assert (node.node_id, node.port, str(node.data_dir)) == (2, 9091, "/data")
-    assert node.coordinator_url == "http://coordinator-1:8080"
-    assert node.internal_token
+    assert re.findall(r"http://[\w.-]+:\d+", str(node.coordinator_url)) == EVERY_COORDINATOR
+    assert node.internal_token == TOKEN
 
 
 def test_nodes_list_matches_node_services(compose: dict[str, Any]) -> None:
@@ -141,7 +177,7 @@ def test_auth_is_off_by_default_and_on_with_a_tokens_file(
     assert off.auth_tokens_file is None and off.token_registry() is None
     tokens = tmp_path / "tokens.toml"
     tokens.write_text("")
-    shell = {"EOS_AUTH_TOKENS_FILE": str(tokens), "EOS_SUPER_USERS": "User:admin"}
+    shell = {**SHELL, "EOS_AUTH_TOKENS_FILE": str(tokens), "EOS_SUPER_USERS": "User:admin"}
     for name in [*COORDINATORS, *NODES]:
         assert "/secrets" in " ".join(services[name]["volumes"]), name
         for key, value in env_of(services[name], shell).items():
@@ -149,3 +185,58 @@ def test_auth_is_off_by_default_and_on_with_a_tokens_file(
         settings = (CoordinatorSettings if name in COORDINATORS else NodeSettings)()
         assert settings.auth_tokens_file == tokens and settings.token_registry() is not None
     assert CoordinatorSettings().super_user_list == ["User:admin"]
+
+
+def test_the_internal_token_has_no_default(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node ports are published, and the internal token lets whoever has it post commit
+    and abort markers: compose must refuse to start without one, saying what to do."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "change-me" not in text
+    raw = compose["x-internal-token"]["EOS_INTERNAL_TOKEN"]
+    required = re.fullmatch(r"\$\{EOS_INTERNAL_TOKEN:\?([^}$]+)\}", raw)
+    assert required, f"not compose's required-variable form: {raw!r}"
+    message = required.group(1)
+    assert "32 characters" in message and "openssl rand -hex 24" in message
+    services = compose["services"]
+    for name in [*COORDINATORS, *NODES]:
+        assert services[name]["environment"]["EOS_INTERNAL_TOKEN"] == raw, name
+        for shell in ({}, {"EOS_INTERNAL_TOKEN": ""}):
+            with pytest.raises(RequiredVariable, match="openssl rand -hex 24"):
+                env_of(services[name], shell)
+    for name in [*SPARK, "postgres"]:
+        assert "EOS_INTERNAL_TOKEN" not in services[name].get("environment", {}), name
+
+    short = "change-me-internal-token"  # the old default: now refused by the services
+    for key, value in env_of(services["coordinator-1"], {"EOS_INTERNAL_TOKEN": short}).items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValidationError, match="32"):
+        CoordinatorSettings()
+    monkeypatch.setenv("EOS_INTERNAL_TOKEN", TOKEN)
+    assert CoordinatorSettings().internal_token == TOKEN
+
+
+def test_nodes_and_spark_are_given_every_coordinator(compose: dict[str, Any]) -> None:
+    """A node asks a coordinator to verify transactional batches: given only one, it
+    refuses every transactional produce while that one is down."""
+    services = compose["services"]
+    public = [env_of(services[name])["EOS_PUBLIC_URL"] for name in COORDINATORS]
+    assert public == EVERY_COORDINATOR
+    for name in COORDINATORS:
+        assert env_of(services[name])["EOS_PORT"] == "8080"
+    for name in NODES:
+        assert env_of(services[name])["EOS_COORDINATOR_URL"].split(",") == EVERY_COORDINATOR
+    for name in SPARK:
+        assert env_of(services[name])["EOS_BOOTSTRAP"].split(",") == EVERY_COORDINATOR
+    waits_for = set(services["spark-worker"]["depends_on"])
+    assert set(COORDINATORS) <= waits_for
+
+    # Nowhere else does the file name one coordinator by URL: only a coordinator's own
+    # public URL may be a single one.
+    for name, service in services.items():
+        for key, value in env_of(service).items():
+            if "coordinator-" in value and key != "EOS_PUBLIC_URL":
+                assert value.split(",") == EVERY_COORDINATOR, f"{name}: {key}={value}"
+        command = " ".join(map(str, service.get("command", [])))
+        assert "coordinator-" not in command, f"{name} names a coordinator in its command"
