@@ -68,7 +68,10 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings.effective_database_url, pool_size=settings.db_pool_size)
+        engine = make_engine(
+            settings.effective_database_url, pool_size=settings.db_pool_size,
+            idle_in_transaction_ms=max(500, settings.lease_ms // 2),
+        )
         if settings.migrate_on_start:
             await anyio.to_thread.run_sync(upgrade, engine)
         db = Database(engine, threads=settings.db_pool_size)

@@ -74,11 +74,13 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
     fetcher = AclFetcher(authorizer, pool, refresh_interval_ms=settings.acl_refresh_ms)
     access = AccessControl(settings.token_registry(), authorizer, refresh=fetcher.refresh)
     access_control.ensure_internal_token_distinct(access.tokens, settings.internal_token)
+    metrics = NodeMetrics(registry)
+    metrics.known_coordinators.set_function(lambda: len(pool.known))
     context = NodeContext(
         settings=settings,
         registry=registry,
         verifier=build_verifier(settings, pool),
-        metrics=NodeMetrics(registry),
+        metrics=metrics,
         access=access,
     )
 

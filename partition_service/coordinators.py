@@ -36,6 +36,9 @@ log = logging.getLogger("eos.node.coordinators")
 
 Answer = tuple[int, bytes]
 
+#: How long an instance the cluster no longer names is still asked (when others fail).
+FORGET_AFTER_S = 300.0
+
 #: Answers that say "this instance cannot serve now" (a proxy, a dying server): try the next.
 _UNAVAILABLE = frozenset({502, 503, 504})
 
@@ -55,7 +58,7 @@ class CoordinatorPool:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.configured = list(urls)
-        self._learned: list[str] = []
+        self._learned: dict[str, float] = {}  # URL -> when the cluster last named it
         self._preferred: str | None = self.configured[0] if self.configured else None
         self._down_until: dict[str, float] = {}
         self._down_s = down_s
@@ -92,8 +95,16 @@ class CoordinatorPool:
         return up + down
 
     def learn(self, urls: list[str]) -> None:
-        """Adopt the live instances the cluster named (the configured ones always stay)."""
-        self._learned = [u.rstrip("/") for u in urls]
+        """Add the live instances the cluster named (the configured ones always stay). An
+        instance left out of one answer (a heartbeat late by a moment) is kept until it
+        has gone unnamed for ``FORGET_AFTER_S``: forgetting the only other live instance
+        just before the preferred one dies would leave the node with none."""
+        now = self._clock()
+        for url in urls:
+            self._learned[url.rstrip("/")] = now
+        for url, seen in list(self._learned.items()):
+            if now - seen > FORGET_AFTER_S:
+                del self._learned[url]
 
     def set_aside(self, url: str) -> None:
         self._down_until[url] = self._clock() + self._down_s
@@ -138,8 +149,8 @@ class CoordinatorPool:
             "no coordinator answered: " + "; ".join(failures)
         )
 
-    async def refresh_members(self) -> None:
-        """Learn the live instances; a failure keeps the list as it was."""
+    async def refresh_members(self) -> bool:
+        """Learn the live instances; a failure keeps the list as it was (False)."""
         try:
             status, content = await self.get("/internal/v1/coordinators")
             if status != 200:
@@ -147,15 +158,19 @@ class CoordinatorPool:
             urls = [str(item["url"]) for item in orjson.loads(content)]
         except (CoordinatorNotAvailableError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
             log.warning("live coordinators not refreshed: %s", exc)
-            return
-        if sorted(urls) != sorted(self._learned):
+            return False
+        if not set(urls) <= set(self._learned):
             log.info("live coordinators: %s", ", ".join(urls) or "(none)")
         self.learn(urls)
+        return True
 
     async def run_forever(self, interval_s: float) -> None:
+        """Refresh every ``interval_s``; until the first refresh succeeds, every half
+        second, so a node started before its coordinators learns them as they come."""
+        settled = False
         while True:
-            await self.refresh_members()
-            await asyncio.sleep(interval_s)
+            settled = await self.refresh_members() or settled
+            await asyncio.sleep(interval_s if settled else min(interval_s, 0.5))
 
     async def close(self) -> None:
         if self._fast is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -43,6 +43,12 @@ class NodeMetrics:
         )
         self.errors = Counter(
             "eos_node_errors_total", "Error answers by code.", ["code"], registry=self.prometheus
+        )
+        self.known_coordinators = Gauge(
+            "eos_node_known_coordinators",
+            "Coordinator instances this node can fall over to (configured and learned); "
+            "1 means that one instance is a single point of failure for this node.",
+            registry=self.prometheus,
         )
         self.prometheus.register(_PartitionCollector(registry))
 

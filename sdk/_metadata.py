@@ -38,7 +38,7 @@ class CoordinatorEndpoints:
 
     def __init__(self, bootstrap: Bootstrap, clock: Callable[[], float] = time.monotonic) -> None:
         self.configured = parse_url_list(bootstrap, "bootstrap")
-        self._learned: list[str] = []
+        self._learned: dict[str, float] = {}  # URL -> when the cluster last named it
         self._down_until: dict[str, float] = {}
         self._clock = clock
         self._learned_at: float | None = None
@@ -46,6 +46,11 @@ class CoordinatorEndpoints:
     @property
     def known(self) -> list[str]:
         return self.configured + [u for u in self._learned if u not in self.configured]
+
+    def _forget_old(self, now: float) -> None:
+        for url, seen in list(self._learned.items()):
+            if now - seen > MEMBERS_MAX_AGE_S:
+                del self._learned[url]
 
     def current(self) -> str:
         """The first instance not set aside; when all are, the soonest back."""
@@ -64,8 +69,14 @@ class CoordinatorEndpoints:
             self._learned_at = None  # the membership may have changed: learn it again
 
     def learn(self, urls: list[str]) -> None:
-        self._learned = [u.rstrip("/") for u in urls]
-        self._learned_at = self._clock()
+        """Add the instances the cluster named now. One answer that leaves an instance
+        out (its heartbeat late by a moment) does not make the client forget it: only
+        an instance unnamed for ``MEMBERS_MAX_AGE_S`` is dropped."""
+        now = self._clock()
+        for url in urls:
+            self._learned[url.rstrip("/")] = now
+        self._forget_old(now)
+        self._learned_at = now
 
     def learn_due(self) -> bool:
         return self._learned_at is None or self._clock() - self._learned_at > MEMBERS_MAX_AGE_S

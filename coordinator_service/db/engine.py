@@ -35,8 +35,18 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def make_engine(url: str, *, pool_size: int = 16) -> Engine:
-    """An engine for ``url``, tuned for the coordinator's short write transactions."""
+def make_engine(
+    url: str, *, pool_size: int = 16, idle_in_transaction_ms: int | None = None
+) -> Engine:
+    """An engine for ``url``, tuned for the coordinator's short write transactions.
+
+    ``idle_in_transaction_ms`` (PostgreSQL): the server ends a session of this process
+    that sits inside a transaction that long. A coordinator that is paused (SIGSTOP, a
+    frozen VM) between two statements of a write keeps its connection and so its row
+    locks; without this limit the instance taking over its leases would wait on those
+    locks for as long as the pause lasts. The coordinator's transactions run their
+    statements back to back, so the limit is set well below the lease time.
+    """
     if is_sqlite(url):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
@@ -63,8 +73,12 @@ def make_engine(url: str, *, pool_size: int = 16) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
+    connect_args: dict[str, Any] = {}
+    if idle_in_transaction_ms is not None:
+        connect_args["options"] = f"-c idle_in_transaction_session_timeout={idle_in_transaction_ms}"
     return sa.create_engine(
-        url, pool_size=pool_size, max_overflow=4, pool_recycle=1800
+        url, pool_size=pool_size, max_overflow=4, pool_recycle=1800,
+        connect_args=connect_args,
     )
 
 

@@ -49,6 +49,12 @@ class ClusterSpec:
     fsync: bool = False
     proxied_node: int | None = None
     node_extra: tuple[str, ...] = ()
+    # The one coordinator (index) every node and client is configured with; None: each
+    # is given every coordinator, starting at a different one. With an entry, nodes and
+    # clients learn the other instances from the cluster.
+    entry: int | None = None
+    # How long a coordinator may take before a node or client asks the next one.
+    coordinator_timeout_ms: int = 2_000
 
 
 class ChaosCluster:
@@ -67,7 +73,7 @@ class ChaosCluster:
         self.coordinators: list[CoordinatorProcess] = []
         self.restarts = 0
 
-    def _coordinator_url(self, index: int) -> str:
+    def coordinator_url(self, index: int) -> str:
         return f"http://127.0.0.1:{self.coordinator_ports[index % len(self.coordinator_ports)]}"
 
     @property
@@ -78,9 +84,17 @@ class ChaosCluster:
             urls[self.spec.proxied_node] = self.node_proxy.url
         return ",".join(f"{n}={url}" for n, url in urls.items())
 
+    def coordinator_list(self, index: int = 0) -> str:
+        """Every coordinator, comma-separated, starting at the ``index``-th (or only the
+        entry coordinator, when the spec names one)."""
+        if self.spec.entry is not None:
+            return self.coordinator_url(self.spec.entry)
+        count = len(self.coordinator_ports)
+        return ",".join(self.coordinator_url(index + i) for i in range(count))
+
     def bootstrap(self, index: int = 0) -> str:
-        """The URL a client starts from; spread clients over the coordinators by index."""
-        return self._coordinator_url(index)
+        """What a client starts from; spread clients over the coordinators by index."""
+        return self.coordinator_list(index)
 
     def start(self) -> ChaosCluster:
         try:
@@ -88,10 +102,11 @@ class ChaosCluster:
                 if proxy is not None:
                     proxy.start()
             for n, port in self.node_ports.items():
-                verify = self._coordinator_url(n - 1)
+                verify = self.coordinator_list(n - 1)
                 if n == self.spec.proxied_node and self.coordinator_proxy is not None:
                     verify = self.coordinator_proxy.url
                 extra = ["--group-offset-partitions", str(OFFSET_PARTITIONS)]
+                extra += ["--coordinator-timeout-ms", str(self.spec.coordinator_timeout_ms)]
                 extra += [] if self.spec.fsync else ["--no-fsync"]
                 extra += self.spec.node_extra
                 node = NodeProcess(

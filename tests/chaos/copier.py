@@ -31,6 +31,7 @@ from sdk import (
     ConsumerRecord,
     InvalidProducerEpochError,
     ProducerFencedError,
+    RetryConfig,
     TopicPartition,
     TransactionalProducer,
 )
@@ -55,9 +56,11 @@ class Copier:
             linger_ms=2,
             max_block_ms=args.max_block_ms,
             delivery_timeout_ms=args.max_block_ms,
+            retry=RetryConfig(coordinator_timeout_ms=args.coordinator_timeout_ms),
         )
         self.consumer = Consumer(
-            args.url, args.group, max_poll_records=args.txn_max, fetch_max_wait_ms=100
+            args.url, args.group, max_poll_records=args.txn_max, fetch_max_wait_ms=100,
+            retry=RetryConfig(coordinator_timeout_ms=args.coordinator_timeout_ms),
         )
         self.buffer: list[ConsumerRecord] = []
         self.txn = 0
@@ -152,6 +155,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-block-ms", type=int, default=60_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pace", type=float, default=0.0, help="records/s, 0: no limit")
+    parser.add_argument("--coordinator-timeout-ms", type=int, default=5_000)
     return parser.parse_args(argv)
 
 

@@ -23,7 +23,7 @@ import httpx
 
 from tests.chaos.cluster import ClusterSpec, PrivatePostgres
 from tests.chaos.copier import EXIT_FENCED
-from tests.chaos.history import History, OutputValue, TxnKey, read_events
+from tests.chaos.history import History, OutputValue, TxnKey, load_copiers, read_events
 from tests.chaos.proxy import NO_FAULTS, FaultPlan
 from tests.chaos.workload import CopierSlot, Workload, describe_txn, wait_for
 from tests.support.coordinators import temp_database
@@ -105,6 +105,109 @@ class CoordinatorKill(Fault):
         return found
 
 
+def commit_times(directory: Path) -> list[float]:
+    """When every copier commit was acknowledged, in order (from the copiers' histories)."""
+    return sorted(
+        float(event["t"])
+        for copier in load_copiers(directory)
+        for event in copier.events
+        if event["e"] == "commit_ok"
+    )
+
+
+class CoordinatorFailover(Fault):
+    """The coordinator every storage node and client was configured with — and, at first,
+    the owner of every lease — is SIGKILLed and stays down until commits have resumed
+    without it, so nothing can wait for it to come back. Nodes and clients must find the
+    survivor on their own (it is in no configuration: they learn it from the cluster).
+
+    Even injections kill coordinator 0, the configured one; odd ones kill whichever
+    instance owns the copiers' transactional ids then. ``windows`` holds, per injection,
+    the time from the kill to the first commit acknowledged after it."""
+
+    name = "configured coordinator SIGKILL, no restart until commits resume"
+    spec = ClusterSpec(coordinators=2, lease_ms=2000, entry=0, coordinator_timeout_ms=1000)
+    #: A stall longer than this is a defect, not noise (the target is lease + 1 s).
+    LIMIT_S = 10.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.windows: list[float] = []
+
+    def _victim(self, workload: Workload, k: int) -> int:
+        if k % 2 == 0:
+            return 0
+        cluster = workload.cluster
+        owners = {_owner(c.url, workload.tid(0)) for c in cluster.coordinators}
+        for index, c in enumerate(cluster.coordinators):
+            if c.url in owners:
+                return index
+        return 0
+
+    def stop_victim(self, workload: Workload, index: int) -> None:
+        workload.cluster.coordinators[index].kill()
+
+    def revive_victim(self, workload: Workload, index: int) -> None:
+        workload.cluster.restart_coordinator(index)
+
+    def inject(self, workload: Workload, k: int) -> None:
+        index = self._victim(workload, k)
+        cluster = workload.cluster
+        # Configured with one instance, a node can only fall over to instances it has
+        # learned: wait until each has (a restarted victim comes back as a new instance).
+        wait_for(
+            "every node to know every coordinator",
+            lambda: all(
+                _known_coordinators(node.url) >= len(cluster.coordinators)
+                for node in cluster.nodes.values()
+            ),
+            timeout=30,
+        )
+        killed_at = time.monotonic()
+        self.stop_victim(workload, index)
+        after: list[float] = []
+
+        def resumed() -> bool:
+            after[:] = [t for t in commit_times(workload.dir) if t > killed_at]
+            return bool(after)
+
+        wait_for("a commit without the stopped coordinator", resumed, timeout=60)
+        self.windows.append(after[0] - killed_at)
+        self.counts["longest stop-to-commit ms"] = int(max(self.windows) * 1000)
+        self.counts[f"coordinator {index} stopped"] += 1
+        self.revive_victim(workload, index)
+        self.counts["injected"] += 1
+
+    def problems(self, workload: Workload, injections: int, history: History) -> list[str]:
+        found = super().problems(workload, injections, history)
+        slow = [round(w, 2) for w in self.windows if w > self.LIMIT_S]
+        if slow:
+            found.append(f"commits stalled for {slow} s after a coordinator stopped")
+        return found
+
+
+class CoordinatorPause(CoordinatorFailover):
+    """As ``CoordinatorFailover``, with SIGSTOP: the paused process keeps its sockets
+    open and answers nothing, so only timeouts reveal it. SIGCONT after commits resumed:
+    the woken instance's leases have moved on and its writes are fenced."""
+
+    name = "configured coordinator SIGSTOP, SIGCONT after commits resume"
+
+    def stop_victim(self, workload: Workload, index: int) -> None:
+        workload.cluster.coordinators[index].pause()
+
+    def revive_victim(self, workload: Workload, index: int) -> None:
+        workload.cluster.coordinators[index].resume()
+
+
+def _known_coordinators(node_url: str) -> float:
+    text = httpx.get(f"{node_url}/metrics", timeout=5.0).text
+    for line in text.splitlines():
+        if line.startswith("eos_node_known_coordinators "):
+            return float(line.split()[1])
+    return 0.0
+
+
 def _epoch(url: str, tid: str) -> int:
     """The producer epoch the coordinator holds for ``tid`` (-1 if it cannot say now)."""
     return int(str((describe_txn(url, tid) or {}).get("producer_epoch", -1)))
@@ -158,7 +261,7 @@ class CopierPause(Fault):
             slot.held = True
             zombie, instance = slot.process, slot.instance
         assert zombie is not None
-        url, tid = workload.cluster.bootstrap(), workload.tid(p)
+        url, tid = workload.cluster.coordinator_url(0), workload.tid(p)
         try:
             epoch = self._pause_in_transaction(workload, zombie, p, instance)
             wait_for(
@@ -201,7 +304,7 @@ class CopierPause(Fault):
             what="the copier to get its producer id",
         )
         epoch = next(e["producer_epoch"] for e in read_events(path) if e["e"] == "init")
-        url, tid = workload.cluster.bootstrap(), workload.tid(p)
+        url, tid = workload.cluster.coordinator_url(0), workload.tid(p)
         for _ in range(200):
             wait_until(
                 lambda: workload.last_event(p, instance) == "begin" or zombie.poll() is not None,
@@ -311,6 +414,8 @@ class ProxyFaults(Fault):
 FAULTS: list[type[Fault]] = [
     NodeKill,
     CoordinatorKill,
+    CoordinatorFailover,
+    CoordinatorPause,
     PostgresRestart,
     CopierPause,
     CopierKill,

@@ -13,6 +13,7 @@ lands while copiers are still at work.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from tests.chaos.checker import ABORTED_READ, DUPLICATE, LOST, Report, Status, check
 from tests.chaos.cluster import ChaosCluster
-from tests.chaos.faults import Fault, run_dir
+from tests.chaos.faults import Fault, commit_times, run_dir
 from tests.chaos.workload import Workload, WorkloadConfig
 
 
@@ -72,6 +73,7 @@ class Row:
     aborted_txns: int
     in_doubt_txns: int
     restarts: int
+    longest_commit_gap_s: float
     seconds: float
     notes: str
 
@@ -90,9 +92,15 @@ class Row:
             aborted_txns=report.statuses.get(Status.NOT_COMMITTED, 0),
             in_doubt_txns=report.statuses.get(Status.IN_DOUBT, 0),
             restarts=workload.restarts(),
+            longest_commit_gap_s=round(longest_gap(commit_times(workload.dir)), 2),
             seconds=round(seconds, 1),
             notes=notes,
         )
+
+
+def longest_gap(times: list[float]) -> float:
+    """The longest time between two consecutive commits: how long the pipeline stood."""
+    return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
 
 
 def run_case(fault: Fault, mode: Mode, root: Path) -> tuple[Report, Row, list[str]]:
@@ -133,12 +141,16 @@ COLUMNS = ("fault", "runs", "records", "duplicates", "lost", "aborted_reads", "o
 
 def table(rows: list[Row]) -> str:
     """The report table in Markdown: the headline columns, then the run's details."""
-    head = [*COLUMNS, "txns committed/aborted/in doubt", "copier restarts", "seconds", "notes"]
+    head = [
+        *COLUMNS, "txns committed/aborted/in doubt", "longest gap between commits (s)",
+        "copier restarts", "seconds", "notes",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [str(getattr(row, c)) for c in COLUMNS]
         cells.append(f"{row.committed_txns}/{row.aborted_txns}/{row.in_doubt_txns}")
-        cells += [str(row.restarts), f"{row.seconds:.0f}", row.notes]
+        gap = f"{row.longest_commit_gap_s:.2f}"
+        cells += [gap, str(row.restarts), f"{row.seconds:.0f}", row.notes]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -161,6 +161,8 @@ class Workload:
                     "--txn-min", str(c.txn_min), "--txn-max", str(c.txn_max),
                     "--abort-every", str(c.abort_every), "--timeout-ms", str(c.txn_timeout_ms),
                     "--seed", str(c.seed), "--pace", str(c.pace),
+                    "--coordinator-timeout-ms",
+                    str(self.cluster.spec.coordinator_timeout_ms),
                 ],
                 f"copier-{partition}.log",
             )  # fmt: skip
