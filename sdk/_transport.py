@@ -195,10 +195,24 @@ def classify(policy: RetryPolicy, exc: BaseException) -> Verdict:
     return Verdict.FAIL
 
 
+#: Answers after which the next attempt is worth making soon, whatever came before:
+#: the owner moved (and said where), or it is loading and will serve in a moment.
+_SOON = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS"})
+
+
 def backoff_s(exc: BaseException | None, attempt: int, retry: RetryConfig) -> float:
-    """Exponential backoff with jitter; CONCURRENT_TRANSACTIONS gets the short one."""
+    """Exponential backoff with jitter; CONCURRENT_TRANSACTIONS gets the short one.
+
+    No growth after a timed-out attempt (the attempt itself was the wait, and the next
+    one likely goes to another instance) or after an answer that says the next attempt
+    will do (``_SOON``): growing there only delays the first commit after a failover.
+    """
     if isinstance(exc, EosError) and exc.code == "CONCURRENT_TRANSACTIONS":
         return retry.fast_backoff_ms / 1000
+    if isinstance(exc, httpx.TimeoutException) or (
+        isinstance(exc, EosError) and exc.code in _SOON
+    ):
+        attempt = 1
     base = min(retry.backoff_max_ms, retry.backoff_ms * 2 ** max(0, attempt - 1))
     return float(base * random.uniform(0.8, 1.2) / 1000)
 

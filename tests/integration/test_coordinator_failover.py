@@ -1,0 +1,177 @@
+"""No coordinator is a single point of failure.
+
+Two coordinators on one PostgreSQL database with 2 s leases; the storage nodes are started
+with the first coordinator only and the clients bootstrapped on the second only (the
+set-up that used to stall every transaction once the first one died: every new
+transaction's first batch waited on a verification that only the dead coordinator was
+asked). The first coordinator also owns every lease. It is SIGKILLed, or SIGSTOPped (a
+paused process keeps its sockets open, so only a timeout reveals it), and transactions
+must commit again within the lease time plus one second, with the stopped one still down.
+
+Also: a service given an address or token it could never use refuses to start, with a
+message naming the setting.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sdk import Consumer, RetryConfig, TopicPartition, TransactionalProducer
+from tests.support.coordinators import CoordinatorProcess, temp_database
+from tests.support.nodes import INTERNAL_TOKEN, NodeProcess
+from tests.support.processes import free_port, wait_until
+
+LEASE_MS = 2_000
+TIMEOUT_MS = 1_000
+
+
+@dataclass
+class TwoCoordinators:
+    coordinators: list[CoordinatorProcess]
+    nodes: list[NodeProcess]
+
+    def stop(self) -> None:
+        for process in [*self.coordinators, *self.nodes]:
+            process.stop()
+
+
+@pytest.fixture
+def two_coordinators(tmp_path: Path) -> Iterator[TwoCoordinators]:
+    ports = [free_port(), free_port()]
+    first = f"http://127.0.0.1:{ports[0]}"
+    with temp_database() as database_url:
+        nodes = [
+            NodeProcess(
+                tmp_path / f"node-{n}", node_id=n, coordinator_url=first,
+                extra=["--no-fsync", "--coordinator-timeout-ms", str(TIMEOUT_MS)],
+            )
+            for n in (1, 2)
+        ]  # fmt: skip
+        spec = ",".join(f"{n.node_id}={n.url}" for n in nodes)
+        coordinators = [
+            CoordinatorProcess(
+                tmp_path / "coordinators", database_url=database_url, nodes=spec,
+                name=f"c{i}", port=ports[i], extra=["--lease-ms", str(LEASE_MS)],
+            )
+            for i in (0, 1)
+        ]  # fmt: skip
+        cluster = TwoCoordinators(coordinators, nodes)
+        try:
+            for process in [*nodes, *coordinators]:  # the first coordinator takes every lease
+                process.start(timeout=60)
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def _known_coordinators(node: NodeProcess) -> float:
+    for line in httpx.get(f"{node.url}/metrics", timeout=5).text.splitlines():
+        if line.startswith("eos_node_known_coordinators "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def _commit_one(producer: TransactionalProducer, topic: str, value: str) -> None:
+    producer.begin_transaction()
+    for partition in (0, 1, 2, 3):
+        producer.send(topic, value, partition=partition)
+    producer.commit_transaction()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
+def test_transactions_commit_again_after_the_configured_coordinator_stops(
+    two_coordinators: TwoCoordinators, how: str
+) -> None:
+    first, second = two_coordinators.coordinators
+    httpx.post(
+        f"{second.url}/v1/topics", json={"name": "orders", "partitions": 4}, timeout=30
+    ).raise_for_status()
+    wait_until(
+        lambda: all(_known_coordinators(n) >= 2 for n in two_coordinators.nodes),
+        timeout=30, what="the nodes to learn the second coordinator",
+    )  # fmt: skip
+    owner = httpx.get(f"{second.url}/v1/coordinators", params={"key": "loader"}, timeout=5)
+    assert owner.json()["url"] == first.url, "the first coordinator should own the id"
+
+    retry = RetryConfig(coordinator_timeout_ms=TIMEOUT_MS)
+    producer = TransactionalProducer(second.url, "loader", retry=retry)
+    try:
+        producer.init_transactions()
+        _commit_one(producer, "orders", "before")
+        if how == "SIGKILL":
+            first.kill()
+        else:
+            first.pause()
+        stopped = time.monotonic()
+        _commit_one(producer, "orders", "after")
+        window = time.monotonic() - stopped
+        _commit_one(producer, "orders", "later")
+    finally:
+        producer.close(timeout=5)
+        if how == "SIGSTOP":
+            first.resume()
+
+    print(f"{how}: first commit {window:.2f} s after the coordinator stopped")
+    assert window < LEASE_MS / 1000 + 1.0 + 1.0, window  # lease + 1 s, + 1 s for a busy box
+    with Consumer(second.url, isolation_level="read_committed") as consumer:
+        tps = [TopicPartition("orders", p) for p in range(4)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        seen: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < 12 and time.monotonic() < deadline:
+            seen += [str(r.value) for r in consumer.poll(timeout=0.5)]
+    assert sorted(seen) == sorted(["before"] * 4 + ["after"] * 4 + ["later"] * 4)
+
+
+def _refuses(module: str, args: list[str], *expected: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    for text in expected:
+        assert text in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--coordinator-url", "http://a:1 http://b:2"], ["--coordinator-url", "not one URL"]),
+        (["--coordinator-url", "http://a:1,ftp://b:2"], ["--coordinator-url", "'ftp'"]),
+        (["--coordinator-url", "http://a:99999"], ["--coordinator-url", "not a valid URL"]),
+        (["--internal-token", "short"], ["--internal-token", "at least 32 characters"]),
+    ],
+)
+def test_a_node_refuses_to_start_with_an_unusable_setting(
+    tmp_path: Path, args: list[str], expected: list[str]
+) -> None:
+    token = [] if "--internal-token" in args else ["--internal-token", INTERNAL_TOKEN]
+    port = ["--port", str(free_port()), "--data-dir", str(tmp_path / "n")]
+    _refuses("partition_service", [*port, *token, *args], *expected)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--nodes", "1=localhost:9091"], ["--nodes", "storage node 1"]),
+        (["--nodes", "1=http://a:1,1=http://b:1"], ["--nodes", "named twice"]),
+        (["--public-url", "http://a:1,http://b:2"], ["--public-url", "not one URL"]),
+        (["--internal-token", "x" * 31], ["--internal-token", "at least 32 characters"]),
+    ],
+)
+def test_a_coordinator_refuses_to_start_with_an_unusable_setting(
+    tmp_path: Path, args: list[str], expected: list[str]
+) -> None:
+    base = ["--port", str(free_port()), "--data-dir", str(tmp_path / "c")]
+    _refuses("coordinator_service", [*base, *args], *expected)
