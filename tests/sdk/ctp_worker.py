@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from sdk import Consumer, TopicPartition, TransactionalProducer
 
@@ -21,6 +22,10 @@ def main(argv: list[str]) -> int:
         parser.add_argument(flag, required=True)
     parser.add_argument("--partitions", type=int, required=True)
     parser.add_argument("--exit-when-idle", action="store_true")
+    parser.add_argument(
+        "--pause-ms", type=int, default=0,
+        help="wait this long after each transaction, so that a run spans several kills",
+    )
     args = parser.parse_args(argv)
 
     producer = TransactionalProducer(args.url, args.tid, linger_ms=1)
@@ -43,6 +48,7 @@ def main(argv: list[str]) -> int:
                               partition=record.partition)
             positions = {tp: consumer.position(tp) for tp in assigned}
             producer.send_offsets_to_transaction(positions, args.group)
+        time.sleep(args.pause_ms / 1000)
     producer.close()
     consumer.close()
     return 0

@@ -40,24 +40,33 @@ def test_output_equals_input_exactly_once_across_sigkills(
             producer.send(source, str(i), key=str(i))
         producer.flush()
 
+    # 50 ms between transactions: at most a few of the 40 fit between the progress seen
+    # and the kill, so the input outlasts the four workers and each one has work to do
     args = ["--input", source, "--output", sink, "--group", group, "--tid", tid,
-            "--partitions", "2"]
+            "--partitions", "2", "--pause-ms", "50"]
     rng = random.Random(2024)
     log = tmp_path / "worker.log"
     kills = 0
     for _ in range(4):
         worker = _worker(cluster, args, log)
-        # Let it get going (output grows), then kill it at a random point of its work.
-        _wait_for_progress(cluster, sink, worker)
-        time.sleep(rng.uniform(0.0, 0.3))
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGKILL)
-            kills += 1
-        worker.wait(timeout=10)
+        try:
+            # Let it get going (output grows), then kill it at a random point of its work.
+            _wait_for_progress(cluster, sink, worker, log)
+            time.sleep(rng.uniform(0.0, 0.3))
+        finally:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGKILL)
+                kills += 1
+            worker.wait(timeout=10)
     assert kills >= 3
 
     final = _worker(cluster, [*args, "--exit-when-idle"], log)
-    assert final.wait(timeout=90) == 0, log.read_text()[-3000:]
+    try:
+        assert final.wait(timeout=90) == 0, log.read_text()[-3000:]
+    finally:
+        if final.poll() is None:
+            final.kill()
+            final.wait(timeout=10)
 
     output = read_topic(cluster.url, sink, 2, expect=INPUT_RECORDS)
     written = read_topic(cluster.url, sink, 2, isolation_level="read_uncommitted")
@@ -74,10 +83,17 @@ def test_output_equals_input_exactly_once_across_sigkills(
     assert {tp: om.offset if om else None for tp, om in committed.items()} == ends
 
 
-def _wait_for_progress(cluster: Cluster, sink: str, worker: subprocess.Popen[bytes]) -> None:
+def _wait_for_progress(
+    cluster: Cluster, sink: str, worker: subprocess.Popen[bytes], log: Path
+) -> None:
     before = _written(cluster, sink)
-    wait_for(lambda: worker.poll() is not None or _written(cluster, sink) > before,
-             timeout=30, what="the worker to write")
+    try:
+        wait_for(lambda: worker.poll() is not None or _written(cluster, sink) > before,
+                 timeout=60, what="the worker to write")
+    except AssertionError as exc:
+        exc.add_note(f"worker log:\n{log.read_text()[-3000:]}")
+        exc.add_note(f"coordinator log:\n{cluster.coordinator.tail(30)}")
+        raise
 
 
 def _written(cluster: Cluster, topic: str) -> int:
