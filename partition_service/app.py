@@ -91,7 +91,7 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
         loops: list[asyncio.Task[None]] = []
         if access.enabled:
             loops.append(asyncio.create_task(fetcher.run_forever(), name="acls"))
-        if pool.configured:
+        if pool.configured and settings.learn_coordinators:
             interval_s = settings.acl_refresh_ms / 1000
             loops.append(asyncio.create_task(pool.run_forever(interval_s), name="members"))
         context.ready = True

@@ -44,6 +44,14 @@ def register(app: typer.Typer) -> None:
                 help="Coordinators, comma-separated; the node falls over between them.",
             ),
         ] = None,
+        learn_coordinators: Annotated[
+            bool,
+            typer.Option(
+                "--learn-coordinators/--no-learn-coordinators",
+                envvar="EOS_LEARN_COORDINATORS",
+                help="Also ask the live coordinators the cluster names.",
+            ),
+        ] = True,
         coordinator_timeout_ms: Annotated[
             int,
             typer.Option(
@@ -100,6 +108,7 @@ def register(app: typer.Typer) -> None:
             internal_token=internal_token,
             coordinator_url=coordinator_url,
             coordinator_timeout_ms=coordinator_timeout_ms,
+            learn_coordinators=learn_coordinators,
             txn_verification=txn_verification,
             fsync=fsync,
             segment_bytes=segment_bytes,

@@ -192,7 +192,7 @@ class CoordinatorPool:
             status, content = await self.get("/internal/v1/coordinators")
             if status != 200:
                 raise CoordinatorNotAvailableError(f"HTTP {status}")
-            urls = [str(item["url"]) for item in orjson.loads(content)]
+            urls = [str(item["url"]) for item in orjson.loads(content)["coordinators"]]
         except (CoordinatorNotAvailableError, orjson.JSONDecodeError, KeyError, TypeError) as exc:
             log.warning("live coordinators not refreshed: %s", exc)
             return False

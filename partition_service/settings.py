@@ -25,6 +25,11 @@ class NodeSettings(SecuritySettings):
         "to verify transactional batches and for the ACLs; the node learns the other live "
         "instances from them and falls over between them.",
     )
+    learn_coordinators: bool = Field(
+        default=True,
+        description="Also ask the live coordinators the cluster names, not only those "
+        "configured (off when the nodes cannot reach the coordinators' public URLs).",
+    )
     coordinator_timeout_ms: int = Field(
         default=2_000,
         ge=10,

@@ -24,7 +24,7 @@ from fastapi import APIRouter, Depends, FastAPI, Path
 from coordinator_service.api.deps import ServicesDep
 from sdk.protocol.acl import AclSnapshot
 from sdk.protocol.common import TopicPartition
-from sdk.protocol.coordinator import NodeInfo, ProducerTransactionView
+from sdk.protocol.coordinator import LiveCoordinators, ProducerTransactionView
 from sdk.protocol.errors import UnknownProducerIdError
 from sdk.protocol.server import error_responses, internal_token_checker
 
@@ -78,13 +78,13 @@ def build_router(internal_token: str | None) -> APIRouter:
         "/coordinators",
         operation_id="getLiveCoordinators",
         summary="The live coordinator instances (storage nodes fall over to them)",
-        response_model=list[NodeInfo],
+        response_model=LiveCoordinators,
         responses=error_responses(
             "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED", "COORDINATOR_NOT_AVAILABLE"
         ),
     )
-    async def live_coordinators(services: ServicesDep) -> list[NodeInfo]:
-        return await services.instances.live()
+    async def live_coordinators(services: ServicesDep) -> LiveCoordinators:
+        return LiveCoordinators(coordinators=await services.instances.live())
 
     return router
 

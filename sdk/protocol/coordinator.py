@@ -91,6 +91,21 @@ class MetadataResponse(WireModel):
     topics: list[TopicInfo]
 
 
+class LiveCoordinators(WireModel):
+    """The coordinator instances heard from within the lease time (storage nodes ask)."""
+
+    model_config = examples(
+        {
+            "coordinators": [
+                {"node_id": 1, "url": "http://127.0.0.1:8080"},
+                {"node_id": 2, "url": "http://127.0.0.1:8081"},
+            ]
+        }
+    )
+
+    coordinators: list[NodeInfo]
+
+
 class CreateTopicRequest(WireModel):
     """A new topic and its partition count."""
 

@@ -27,7 +27,7 @@ OPERATION_IDS = {
         "abortTransaction", "describeTransaction", "listTransactions", "forceAbortTransaction",
         "findCoordinator", "createTopic", "describeTopic", "getMetadata", "allocateProducerId",
         "getProducerTransaction", "health", "ready", "metrics", "listAcls", "createAcls",
-        "deleteAcls", "getAclSnapshot",
+        "deleteAcls", "getAclSnapshot", "getLiveCoordinators",
     },
     "node": {
         "produceRecords", "fetchRecords", "getPartitionOffsets", "describeProducers",
