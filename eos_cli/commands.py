@@ -26,7 +26,11 @@ out = Console()
 err = Console(stderr=True)
 
 Bootstrap = Annotated[
-    str, typer.Option("--bootstrap", "-b", envvar="EOS_BOOTSTRAP", help="Any coordinator URL.")
+    str,
+    typer.Option(
+        "--bootstrap", "-b", envvar="EOS_BOOTSTRAP",
+        help="Coordinator URLs, comma-separated: any live one will do.",
+    ),
 ]
 DEFAULT_BOOTSTRAP = "http://127.0.0.1:8080"
 

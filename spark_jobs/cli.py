@@ -20,7 +20,11 @@ spark_app = typer.Typer(
 )
 
 Bootstrap = Annotated[
-    str, typer.Option("--bootstrap", "-b", envvar="EOS_BOOTSTRAP", help="Any coordinator URL.")
+    str,
+    typer.Option(
+        "--bootstrap", "-b", envvar="EOS_BOOTSTRAP",
+        help="Coordinator URLs, comma-separated: any live one will do.",
+    ),
 ]
 
 
