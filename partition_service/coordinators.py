@@ -32,6 +32,7 @@ from collections.abc import Callable
 import httpx
 import orjson
 
+from sdk.protocol.addresses import AddressError, check_url
 from sdk.protocol.errors import CoordinatorNotAvailableError
 from sdk.protocol.keepalive import KeepAliveClient
 from sdk.protocol.server import internal_headers
@@ -106,7 +107,10 @@ class CoordinatorPool:
         just before the preferred one dies would leave the node with none."""
         now = self._clock()
         for url in urls:
-            self._learned[url.rstrip("/")] = now
+            try:
+                self._learned[check_url(url)] = now
+            except AddressError as exc:
+                log.warning("a coordinator advertises an unusable URL: %s", exc)
         for url, seen in list(self._learned.items()):
             if now - seen > FORGET_AFTER_S:
                 del self._learned[url]

@@ -21,7 +21,7 @@ from typing import Any
 
 from sdk._transport import refind_target
 from sdk._types import TopicPartition
-from sdk.protocol.addresses import parse_url_list
+from sdk.protocol.addresses import AddressError, check_url, parse_url_list
 from sdk.protocol.errors import UnknownTopicOrPartitionError
 from sdk.protocol.paths import segment
 
@@ -74,7 +74,10 @@ class CoordinatorEndpoints:
         an instance unnamed for ``MEMBERS_MAX_AGE_S`` is dropped."""
         now = self._clock()
         for url in urls:
-            self._learned[url.rstrip("/")] = now
+            try:
+                self._learned[check_url(url)] = now
+            except AddressError:
+                continue  # an instance whose advertised URL no request could use
         self._forget_old(now)
         self._learned_at = now
 

@@ -106,7 +106,7 @@ def test_set_aside_instances_come_back_first_by_time() -> None:
     assert pool.candidates() == ["http://c:1", "http://a:1", "http://b:1"]
     now[0] += 4.5  # a is back, b is not yet
     assert pool.candidates() == ["http://a:1", "http://c:1", "http://b:1"]
-    pool.learn(["http://d:1", "http://a:1"])
+    pool.learn(["http://d:1", "http://a:1", "not a url", "ftp://e:1"])  # bad ones skipped
     assert pool.known == ["http://a:1", "http://b:1", "http://c:1", "http://d:1"]
 
 
