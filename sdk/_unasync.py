@@ -26,17 +26,13 @@ _RULES: list[tuple[str, str]] = [
     (r"^# The twins share their signatures.*\n(?:#.*\n)*\n", ""),
     (r"\basync def\b", "def"),
     (r"\basync with\b", "with"),
-    (r"\basync for\b", "for"),
     (r"\bawait ", ""),
     (r"\bAsyncTransport\b", "SyncTransport"),
     (r"\bhttpx\.AsyncBaseTransport\b", "httpx.BaseTransport"),
-    (r"\bAsyncIterator\b", "Iterator"),
     (r"\bAsync([A-Z]\w*)", r"\1"),
     (r"__aenter__", "__enter__"),
     (r"__aexit__", "__exit__"),
     (r"\baclose\b", "close"),
-    (r"\basyncio\.sleep\b", "time.sleep"),
-    (r"sdk\.aio\.", "sdk."),
     (r"\(async twin\)", "(blocking twin)"),
     (r"import SyncTransport, Req\b", "import Req, SyncTransport"),
 ]
@@ -44,14 +40,28 @@ _RULES: list[tuple[str, str]] = [
 HEADER = "# Generated from sdk/{source} by sdk/_unasync.py: edit that file, not this one.\n"
 
 
-def unasync(text: str, source: str) -> str:
-    for pattern, replacement in _RULES:
-        text = re.sub(pattern, replacement, text, flags=re.MULTILINE)
+class DeadRuleError(Exception):
+    """A rule that changed nothing in any twin: the sources moved on and the rule is
+    stale (or it is misspelt and the twins only agree by chance)."""
+
+
+def unasync(text: str, source: str, fired: list[int] | None = None) -> str:
+    """The blocking twin of ``text``; ``fired[i]`` counts the changes of rule ``i``."""
+    for i, (pattern, replacement) in enumerate(_RULES):
+        text, count = re.subn(pattern, replacement, text, flags=re.MULTILINE)
+        if fired is not None:
+            fired[i] += count
     return HEADER.format(source=source) + text
 
 
 def generate() -> dict[Path, str]:
-    return {ROOT / sync: unasync((ROOT / src).read_text(), src) for src, sync in TWINS}
+    """Every twin's text; raises ``DeadRuleError`` if a rule fired in none of them."""
+    fired = [0] * len(_RULES)
+    twins = {ROOT / sync: unasync((ROOT / src).read_text(), src, fired) for src, sync in TWINS}
+    dead = [pattern for (pattern, _), count in zip(_RULES, fired, strict=True) if not count]
+    if dead:
+        raise DeadRuleError(f"rules that never fire: {dead}")
+    return twins
 
 
 def main() -> int:

@@ -100,3 +100,9 @@ def test_use_default_differs_from_none() -> None:
     assert resolve_timeout(sdk.USE_DEFAULT, 2500) == 2.5
     assert resolve_timeout(None, 2500) is None
     assert repr(sdk.USE_DEFAULT) == "USE_DEFAULT"
+
+
+def test_a_rule_that_never_fires_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_unasync, "_RULES", [*_unasync._RULES, (r"\bno_such_name\b", "x")])
+    with pytest.raises(_unasync.DeadRuleError, match="no_such_name"):
+        _unasync.generate()
