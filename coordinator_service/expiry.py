@@ -10,6 +10,12 @@ log partitions this instance owns and, reading time from the injected clock:
 * removes ids idle past ``transactional.id.expiration.ms`` whose state allows it.
 
 ``run_once`` is what tests call after moving a ``FakeClock``; ``run_forever`` is the loop.
+
+Each record is handled on its own: one that fails (a row the database refuses to change, a
+bug on one record's data) is logged, counted (``eos_coordinator_background_entries_set_aside``
+with ``loop="expiry"``) and left for the next scan, and the scan goes on with the others —
+a failure used to end the scan, so every record after it was never timed out or expired.
+A lost lease is not a failure: the new owner scans those records.
 """
 
 from __future__ import annotations
@@ -19,11 +25,15 @@ import logging
 from dataclasses import dataclass
 
 from coordinator_service.clock import Clock
+from coordinator_service.metrics import CoordinatorMetrics, app_metrics
 from coordinator_service.transactions import state as st
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
 from sdk.protocol.errors import EosError
 
 log = logging.getLogger("eos.coordinator.expiry")
+
+#: Failed records of one scan logged one by one (the rest are counted in the summary).
+LOGGED_FAILURES = 10
 
 
 @dataclass
@@ -31,6 +41,7 @@ class ScanResult:
     aborted: int = 0
     resumed: int = 0
     expired: int = 0
+    failed: int = 0
 
 
 class ExpiryScanner:
@@ -41,8 +52,10 @@ class ExpiryScanner:
         clock: Clock,
         interval_ms: int,
         expiration_ms: int,
+        metrics: CoordinatorMetrics | None = None,
     ) -> None:
         self._coordinator = coordinator
+        self._metrics = metrics or app_metrics()
         self._clock = clock
         self._interval_s = interval_ms / 1000
         self._expiration_ms = expiration_ms
@@ -68,6 +81,19 @@ class ExpiryScanner:
                         result.expired += 1
                 except EosError as exc:  # lease lost meanwhile: the new owner will scan
                     log.info("scan skipped %r: %s", rec.transactional_id, exc)
+                except Exception:
+                    result.failed += 1
+                    self._metrics.set_aside.labels(loop="expiry").inc()
+                    if result.failed <= LOGGED_FAILURES:  # a database outage fails them all
+                        log.error(
+                            "expiry scan failed on %r (state %s); going on with the others",
+                            rec.transactional_id, rec.state.value,
+                            exc_info=result.failed == 1,
+                            extra={"transactional_id": rec.transactional_id},
+                        )
+        if result.failed:
+            log.warning("expiry scan: %d records failed and wait for the next scan",
+                        result.failed)
         return result
 
     async def run_forever(self) -> None:

@@ -21,6 +21,7 @@ verification) rely on that; writes never do, they are fenced in SQL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from sqlalchemy.engine import Connection
 from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import leases
+from coordinator_service.metrics import CoordinatorMetrics, app_metrics
 from coordinator_service.transactions.store import LeaseToken
 from sdk.protocol.errors import (
     CoordinatorLoadInProgressError,
@@ -85,8 +87,10 @@ class LeaseManager:
         clock: Clock,
         on_acquired: Callable[[LeaseToken], Awaitable[None]],
         on_lost: Callable[[int], Awaitable[None]],
+        metrics: CoordinatorMetrics | None = None,
     ) -> None:
         self._db = db
+        self._metrics = metrics or app_metrics()
         self.instance_id = instance_id
         self._url = url
         self._node_id = node_id
@@ -139,6 +143,10 @@ class LeaseManager:
                 f"transaction log partition {log_partition} is loading"
             )
         owner = await self.owner(log_partition)
+        if owner.alive and owner.owner == self.instance_id:  # taken, but could not be loaded
+            raise CoordinatorNotAvailableError(
+                f"transaction log partition {log_partition} is not available here; retry"
+            )
         if owner.alive and owner.url:
             raise NotCoordinatorError(
                 f"transaction log partition {log_partition} is owned by {owner.url}",
@@ -229,6 +237,17 @@ class LeaseManager:
             for p, epoch in taken:
                 try:
                     await self._on_acquired(LeaseToken(p, self.instance_id, epoch))
+                except Exception:
+                    # One partition that cannot be loaded (a record that does not read) must
+                    # not keep the partitions after it from being loaded. Its lease is left
+                    # to run out unrenewed, and it is taken and loaded again after that.
+                    self._metrics.set_aside.labels(loop="leases").inc()
+                    log.exception("transaction log partition %d could not be loaded; "
+                                  "trying again when its lease runs out", p)
+                    with contextlib.suppress(Exception):
+                        await self._on_lost(p)  # drop whatever part of it was loaded
+                    continue
+                else:
                     self.owned[p] = epoch
                     self._valid_until[p] = now + self._lease_ms
                     log.info("took transaction log partition %d at coordinator epoch %d", p, epoch)

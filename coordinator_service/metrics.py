@@ -5,12 +5,21 @@ not collide. Counters carry totals; the ``*_per_second`` gauges are a convenienc
 reading ``/metrics`` by eye and are computed over the last ten seconds at scrape time.
 Gauges that describe the current state (open transactions, marker queue) are set just before
 each scrape by ``refresh``.
+
+The background loops (partition reconciler, marker channel, expiry scan, ACL refresh, lease
+round) report here the entries they had to set aside — a partition a node refused, a marker
+no node can take, a record that fails every time — so one poisoned entry is visible on
+``/metrics`` while the loop goes on with the others. Those loops are built by the app's
+lifespan right after this object; ``app_metrics()`` hands them the instance built there
+(published in a context variable, which is per task: apps started side by side in one test
+process do not see each other's), so each can also be given one explicitly.
 """
 
 from __future__ import annotations
 
 import collections
 import time
+from contextvars import ContextVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -18,9 +27,24 @@ from sdk.protocol.states import TransactionState
 
 WINDOW_S = 10.0
 
+#: Background loops that report entries set aside (the ``loop`` label).
+LOOPS = ("reconciler", "markers", "expiry", "acls", "leases")
+
+_BUILDING: ContextVar[CoordinatorMetrics | None] = ContextVar(
+    "eos_coordinator_metrics", default=None
+)
+
+
+def app_metrics() -> CoordinatorMetrics:
+    """The metrics of the app being built in this context; a detached set when there is
+    none (a part built on its own), so callers never need to check."""
+    current = _BUILDING.get()
+    return current if current is not None else CoordinatorMetrics(publish=False)
+
 
 class CoordinatorMetrics:
-    def __init__(self) -> None:
+    def __init__(self, *, publish: bool = True) -> None:
+        """``publish``: make this the set ``app_metrics()`` answers in this context."""
         self.registry = CollectorRegistry()
         r = self.registry
         self.commits = Counter(
@@ -58,7 +82,36 @@ class CoordinatorMetrics:
             "eos_coordinator_owned_log_partitions",
             "Transaction-log partitions this instance holds the lease of.", registry=r,
         )
+        self.partitions_not_created = Gauge(
+            "eos_coordinator_partitions_not_created",
+            "Partitions placed but not yet created on their storage node (refused ones "
+            "included), as of the reconciler's last round.", registry=r,
+        )
+        self.partitions_refused = Gauge(
+            "eos_coordinator_partitions_refused",
+            "Partitions their storage node refused to create (creation_error is set).",
+            registry=r,
+        )
+        self.partition_refusals = Counter(
+            "eos_coordinator_partition_creation_refusals",
+            "Times a storage node refused to create a partition (or the coordinator could "
+            "not even address it), by node.", ["node"], registry=r,
+        )
+        self.markers_refused = Counter(
+            "eos_coordinator_markers_refused",
+            "Markers counted as written although their node refused them or no node can "
+            "hold their partition.", registry=r,
+        )
+        self.set_aside = Counter(
+            "eos_coordinator_background_entries_set_aside",
+            "Entries a background loop failed on and set aside to go on with the others.",
+            ["loop"], registry=r,
+        )
+        for loop in LOOPS:
+            self.set_aside.labels(loop=loop)
         self._recent: collections.deque[tuple[float, bool]] = collections.deque()
+        if publish:
+            _BUILDING.set(self)
 
     def transition(self, _old: TransactionState | None, new: TransactionState) -> None:
         self.transitions.labels(to=new.value).inc()

@@ -15,7 +15,7 @@ from pathlib import Path
 from partition_service.log.engine import PartitionEngine
 from partition_service.log.log import LogConfig, fsync_directory
 from partition_service.partition import Limits, Partition
-from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, TOPIC_NAME_RE
+from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, topic_name_problem
 from sdk.protocol.errors import (
     InvalidRequestError,
     NotCoordinatorError,
@@ -35,8 +35,10 @@ def directory_name(topic: str, partition: int) -> str:
 
 
 def parse_directory_name(name: str) -> tuple[str, int] | None:
+    """``(topic, partition)`` of a partition directory; None for anything else, including
+    a directory of a topic no request could name (``..-0``, left by an older version)."""
     topic, sep, number = name.rpartition("-")
-    if not sep or not number.isdigit() or not TOPIC_NAME_RE.match(topic):
+    if not sep or not number.isdigit() or topic_name_problem(topic) is not None:
         return None
     return topic, int(number)
 
@@ -67,6 +69,8 @@ class PartitionRegistry:
         for path in sorted(self.data_dir.iterdir()):
             parsed = parse_directory_name(path.name) if path.is_dir() else None
             if parsed is None:
+                if path.is_dir() and path.name.rpartition("-")[2].isdigit():
+                    log.warning("left alone: %s is not a partition of a legal topic", path)
                 continue
             self.partitions[parsed] = self._open(path, *parsed)
         return len(self.partitions)
@@ -99,8 +103,9 @@ class PartitionRegistry:
 
     async def create(self, topic: str, index: int) -> bool:
         """Create a partition here; False if it existed already."""
-        if not TOPIC_NAME_RE.match(topic):
-            raise InvalidRequestError(f"invalid topic name {topic!r}")
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            raise InvalidRequestError(f"invalid topic name {topic!r}: {problem}")
         async with self._create_lock:
             if (topic, index) in self.partitions:
                 return False

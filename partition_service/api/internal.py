@@ -14,7 +14,8 @@ from fastapi.responses import Response
 
 from partition_service.api.records import PartitionPath, TopicPath, json_response
 from partition_service.context import Node
-from sdk.protocol.errors import EosError
+from sdk.protocol.common import topic_name_problem
+from sdk.protocol.errors import EosError, InvalidRequestError
 from sdk.protocol.logs import txn_fields
 from sdk.protocol.node import (
     CreatePartitionResponse,
@@ -114,6 +115,13 @@ async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
     responses=error_responses("UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"),
 )
 async def create_partition(topic: TopicPath, partition: PartitionPath, node: Node) -> Response:
+    # Idempotent. A name no topic may have (``.``, ``..``: the path pattern lets them
+    # through, a percent-encoded request carries them) is refused with INVALID_REQUEST
+    # (400, documented for every operation) before anything touches the disk, so the
+    # coordinator records a refusal instead of taking the node for away.
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise InvalidRequestError(f"cannot create a partition of topic {topic!r}: {problem}")
     created = await node.registry.create(topic, partition)
     return json_response({"topic": topic, "partition": partition, "created": created})
 
