@@ -34,7 +34,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from coordinator_service.db.engine import Database
 from coordinator_service.db.schema import acls
-from coordinator_service.metrics import CoordinatorMetrics, app_metrics
+from coordinator_service.metrics import CoordinatorMetrics
 from eos_security.authorizer import Authorizer
 from sdk.protocol.acl import (
     CLUSTER_RESOURCE,
@@ -189,7 +189,7 @@ class AclRules:
         self.authorizer = authorizer
         self.refresh_interval_s = refresh_interval_ms / 1000
         self._lock = asyncio.Lock()
-        self._metrics = metrics or app_metrics()
+        self._metrics = metrics or CoordinatorMetrics()
         self._reported: dict[int, str] = {}  # unreadable row id -> its problem, logged once
 
     async def reload(self) -> None:

@@ -90,7 +90,7 @@ def create_app(
         md = Metadata(
             db, nodes=nodes, client=http, internal_token=settings.internal_token,
             clock=txn_clock, reconcile_interval_ms=settings.reconcile_interval_ms,
-            offsets_partitions=settings.group_offset_partitions,
+            offsets_partitions=settings.group_offset_partitions, metrics=metrics,
         )
         md.cluster_id = cluster_id
         await md.refresh()
@@ -107,7 +107,7 @@ def create_app(
         markers = MarkerChannel(
             nodes=nodes, link=link, internal_token=settings.internal_token, clock=txn_clock,
             backoff_max_ms=settings.marker_backoff_max_ms,
-            batch_partitions=settings.marker_batch_partitions,
+            batch_partitions=settings.marker_batch_partitions, metrics=metrics,
         )
         coordinator = TransactionCoordinator(
             db=db, store=store, writer=writer, markers=markers, producer_ids=pids, metadata=md,
@@ -121,18 +121,21 @@ def create_app(
             node_id=node_id, partitions=settings.txn_log_partitions,
             lease_ms=settings.lease_ms, renew_interval_ms=settings.lease_renew_interval_ms,
             clock=leases_clock, on_acquired=coordinator.load, on_lost=coordinator.unload,
+            metrics=metrics,
         )
         coordinator.leases = leases
         expiry = ExpiryScanner(
             coordinator, clock=txn_clock, interval_ms=settings.expiry_scan_interval_ms,
-            expiration_ms=settings.transactional_id_expiration_ms,
+            expiration_ms=settings.transactional_id_expiration_ms, metrics=metrics,
         )
         instances = InstanceRegistry(
             db, instance_pk=node_id, url=settings.effective_public_url, clock=leases_clock,
             lease_ms=settings.lease_ms, interval_ms=settings.lease_renew_interval_ms,
         )
         await instances.beat()
-        acl_rules = AclRules(db, access.authorizer, refresh_interval_ms=settings.acl_refresh_ms)
+        acl_rules = AclRules(
+            db, access.authorizer, refresh_interval_ms=settings.acl_refresh_ms, metrics=metrics
+        )
         await acl_rules.reload()
         access.refresh = acl_rules.reload
         app.state.services = Services(

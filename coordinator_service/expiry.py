@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass
 
 from coordinator_service.clock import Clock
-from coordinator_service.metrics import CoordinatorMetrics, app_metrics
+from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.transactions import state as st
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
 from sdk.protocol.errors import EosError
@@ -55,7 +55,7 @@ class ExpiryScanner:
         metrics: CoordinatorMetrics | None = None,
     ) -> None:
         self._coordinator = coordinator
-        self._metrics = metrics or app_metrics()
+        self._metrics = metrics or CoordinatorMetrics()
         self._clock = clock
         self._interval_s = interval_ms / 1000
         self._expiration_ms = expiration_ms

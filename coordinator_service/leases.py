@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import leases
-from coordinator_service.metrics import CoordinatorMetrics, app_metrics
+from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.transactions.store import LeaseToken
 from sdk.protocol.errors import (
     CoordinatorLoadInProgressError,
@@ -90,7 +90,7 @@ class LeaseManager:
         metrics: CoordinatorMetrics | None = None,
     ) -> None:
         self._db = db
-        self._metrics = metrics or app_metrics()
+        self._metrics = metrics or CoordinatorMetrics()
         self.instance_id = instance_id
         self._url = url
         self._node_id = node_id

@@ -46,7 +46,7 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
 from coordinator_service.clock import Clock
-from coordinator_service.metrics import CoordinatorMetrics, app_metrics
+from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.node_link import NodeLink
 from coordinator_service.transactions.state import TopicPartitionKey
 from coordinator_service.transactions.store import LeaseToken
@@ -139,7 +139,7 @@ class MarkerChannel:
         self._nodes = nodes
         self._urls = {n: join(url, "internal", "v1", "markers") for n, url in nodes.items()}
         self._link = link
-        self._metrics = metrics or app_metrics()
+        self._metrics = metrics or CoordinatorMetrics()
         self._headers = internal_headers(internal_token)
         self._clock = clock
         self._backoff_max_s = backoff_max_ms / 1000

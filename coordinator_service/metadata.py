@@ -41,7 +41,7 @@ from sqlalchemy.exc import IntegrityError
 from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import cluster, coordinator_instances, topic_partitions, topics
-from coordinator_service.metrics import CoordinatorMetrics, app_metrics
+from coordinator_service.metrics import CoordinatorMetrics
 from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, ErrorEnvelope
 from sdk.protocol.coordinator import NodeInfo, PartitionInfo, TopicInfo
 from sdk.protocol.errors import (
@@ -220,7 +220,7 @@ class Metadata:
         self._clock = clock
         self._interval_s = reconcile_interval_ms / 1000
         self.offsets_partitions = offsets_partitions
-        self.metrics = metrics or app_metrics()
+        self.metrics = metrics or CoordinatorMetrics()
         self.refused_retry_s = REFUSED_RETRY_S
         self.cluster_id = ""
         self._leaders: dict[PartitionKey, int] = {}

@@ -9,17 +9,14 @@ each scrape by ``refresh``.
 The background loops (partition reconciler, marker channel, expiry scan, ACL refresh, lease
 round) report here the entries they had to set aside — a partition a node refused, a marker
 no node can take, a record that fails every time — so one poisoned entry is visible on
-``/metrics`` while the loop goes on with the others. Those loops are built by the app's
-lifespan right after this object; ``app_metrics()`` hands them the instance built there
-(published in a context variable, which is per task: apps started side by side in one test
-process do not see each other's), so each can also be given one explicitly.
+``/metrics`` while the loop goes on with the others. The app's lifespan hands each loop
+this object; a loop built on its own (a test of one part) makes a detached one.
 """
 
 from __future__ import annotations
 
 import collections
 import time
-from contextvars import ContextVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
@@ -30,21 +27,8 @@ WINDOW_S = 10.0
 #: Background loops that report entries set aside (the ``loop`` label).
 LOOPS = ("reconciler", "markers", "expiry", "acls", "leases")
 
-_BUILDING: ContextVar[CoordinatorMetrics | None] = ContextVar(
-    "eos_coordinator_metrics", default=None
-)
-
-
-def app_metrics() -> CoordinatorMetrics:
-    """The metrics of the app being built in this context; a detached set when there is
-    none (a part built on its own), so callers never need to check."""
-    current = _BUILDING.get()
-    return current if current is not None else CoordinatorMetrics(publish=False)
-
-
 class CoordinatorMetrics:
-    def __init__(self, *, publish: bool = True) -> None:
-        """``publish``: make this the set ``app_metrics()`` answers in this context."""
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.commits = Counter(
@@ -110,8 +94,6 @@ class CoordinatorMetrics:
         for loop in LOOPS:
             self.set_aside.labels(loop=loop)
         self._recent: collections.deque[tuple[float, bool]] = collections.deque()
-        if publish:
-            _BUILDING.set(self)
 
     def transition(self, _old: TransactionState | None, new: TransactionState) -> None:
         self.transitions.labels(to=new.value).inc()
