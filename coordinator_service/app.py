@@ -181,7 +181,7 @@ def create_app(
     app = FastAPI(
         title="EOS transaction coordinator",
         version="0.1.0",
-        description="Kafka's transactional producer lifecycle over HTTP (DESIGN.md §4).",
+        description="Kafka's transactional producer lifecycle over HTTP (docs/design.md §4).",
         lifespan=lifespan,
     )
     install_error_handlers(app)

@@ -39,7 +39,7 @@ def parse_principals(spec: str) -> list[str]:
 
 
 class CoordinatorSettings(SecuritySettings):
-    """One coordinator instance. Defaults follow Kafka where Kafka has one (DESIGN.md §5)."""
+    """One coordinator instance. Defaults follow Kafka where Kafka has one (docs/design.md §5)."""
 
     model_config = SettingsConfigDict(env_prefix="EOS_", extra="ignore")
 

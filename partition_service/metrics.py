@@ -1,4 +1,4 @@
-"""Prometheus metrics of a storage node (DESIGN.md §6: rates, LSO lag, open transactions).
+"""Prometheus metrics of a storage node (docs/design.md §6: rates, LSO lag, open transactions).
 
 Counters are updated on the request path; per-partition gauges are computed at scrape time
 from the registry, so they cost nothing between scrapes.

@@ -8,7 +8,7 @@ as Kafka's ``bootstrap.servers``) and from the live instances the cluster names
 first one not set aside; an instance that did not answer is set aside for a while, so the
 loss of the one a client bootstrapped on costs it one failed attempt.
 
-Placement never changes once written (DESIGN.md §4), so entries live until a request says
+Placement never changes once written (docs/design.md §4), so entries live until a request says
 otherwise: NOT_LEADER_OR_FOLLOWER or a lost connection drops a topic; NOT_COORDINATOR moves
 the coordinator to the URL the answer names (or forgets it, to be found again).
 """

@@ -254,7 +254,7 @@ class TransactionManager:
 
     @property
     def needs_end_call(self) -> bool:
-        """Whether the coordinator has a transaction to end (DESIGN.md: the SDK sends no
+        """Whether the coordinator has a transaction to end (docs/design.md: the SDK sends no
         commit or abort for a transaction that added nothing)."""
         return self.started_at_coordinator
 

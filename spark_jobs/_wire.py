@@ -6,7 +6,7 @@ write (``spark_jobs.writer``) splits one transaction across processes instead: t
 opens it and adds every target partition, and each executor task produces the batches of
 its partitions under the driver's producer id and epoch, with sequence numbers it derives
 from the records' deterministic order. Neither half fits the SDK's producer, so this module
-makes those wire calls itself (DESIGN.md §4) on the SDK's transport, retry table, metadata
+makes those wire calls itself (docs/design.md §4) on the SDK's transport, retry table, metadata
 cache and request paths, so the retry rules stay the SDK's:
 
 * ``TransactionSession`` (driver): init, add partitions, add offsets plus TxnOffsetCommit,

@@ -1,4 +1,4 @@
-"""The contract in sdk/protocol matches DESIGN.md §3 and §4."""
+"""The contract in sdk/protocol matches docs/design.md §3 and §4."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""HTTP routers of the coordinator: one module per group of endpoints of DESIGN.md §4."""
+"""HTTP routers of the coordinator: one module per group of endpoints of docs/design.md §4."""

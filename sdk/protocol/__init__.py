@@ -1,4 +1,4 @@
-"""The wire contract: models, error catalogue and transaction states (DESIGN.md).
+"""The wire contract: models, error catalogue and transaction states (docs/design.md).
 
 The single home of the contract: both services and the SDK import from here.
 """

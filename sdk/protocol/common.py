@@ -89,7 +89,8 @@ class ErrorDetails(BaseModel):
 
 class ErrorBody(WireModel):
     code: str = Field(
-        description="A code of the error catalogue (DESIGN.md §4).", examples=["PRODUCER_FENCED"]
+        description="A code of the error catalogue (docs/design.md §4).",
+        examples=["PRODUCER_FENCED"],
     )
     message: str = Field(
         description="Human-readable; do not parse.",

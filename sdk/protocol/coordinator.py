@@ -1,4 +1,4 @@
-"""Wire models of the transaction coordinator (coordinator_service), DESIGN.md §4."""
+"""Wire models of the transaction coordinator (coordinator_service), docs/design.md §4."""
 
 from __future__ import annotations
 

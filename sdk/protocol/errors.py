@@ -26,7 +26,7 @@ The exception tree::
         InvalidRequestError, TopicAlreadyExistsError, OffsetOutOfRangeError,
         NotFoundError, InternalError
 
-Beyond DESIGN.md §4 the catalogue adds ``OFFSET_OUT_OF_RANGE`` (416, a fetch past the log
+Beyond docs/design.md §4 the catalogue adds ``OFFSET_OUT_OF_RANGE`` (416, a fetch past the log
 end), ``NOT_FOUND`` (404, an unknown path) and ``INTERNAL_ERROR`` (500, a bug: never expected).
 """
 

@@ -1,4 +1,4 @@
-"""Wire models of the storage node (partition_service), DESIGN.md §4."""
+"""Wire models of the storage node (partition_service), docs/design.md §4."""
 
 from __future__ import annotations
 

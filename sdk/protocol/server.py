@@ -1,7 +1,7 @@
 """The HTTP boundary of both services: errors into the envelope, internal-token checks.
 
 Every error leaves a service through here, so a client always sees the envelope of
-DESIGN.md §4, whether the error came from the contract, from schema validation (422), from
+docs/design.md §4, whether the error came from the contract, from schema validation (422), from
 an unknown path or from a bug (500, logged with its traceback, never shown).
 """
 

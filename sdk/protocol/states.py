@@ -1,4 +1,4 @@
-"""Transaction states of the coordinator and their transition table (DESIGN.md §3).
+"""Transaction states of the coordinator and their transition table (docs/design.md §3).
 
 Kafka's ``TransactionState`` is the model: every state has a stable id (the value stored in
 the database), the set of states it may be entered from and whether an idle transactional
@@ -119,7 +119,7 @@ class Decision:
 
 
 def decide(state: TransactionState, event: TxnEvent, *, last_decision_matches: bool) -> Decision:
-    """Apply the table of DESIGN.md §3.
+    """Apply the table of docs/design.md §3.
 
     ``last_decision_matches`` says whether a commit/abort repeats the decision already taken
     for this transaction at the same epoch (a retry); it only matters in Prepare* and

@@ -1,4 +1,4 @@
-"""Pure tests of the transition table (DESIGN.md §3) and of the record rules built on it."""
+"""Pure tests of the transition table (docs/design.md §3) and of the record rules built on it."""
 
 from __future__ import annotations
 
