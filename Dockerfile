@@ -18,7 +18,7 @@ COPY spark_jobs ./spark_jobs
 COPY migrations ./migrations
 COPY eos_cli ./eos_cli
 COPY eos_security ./eos_security
-RUN pip install --no-cache-dir '.[spark]'
+RUN pip install --no-cache-dir '.[server,spark]'
 
 RUN useradd --create-home --uid 1000 eos && mkdir -p /data && chown eos /data
 USER eos

@@ -26,7 +26,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from sdk.protocol.node import ProduceRequest
+from eos_protocol.node import ProduceRequest
 
 VALUE = "v" * 100
 

@@ -35,8 +35,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from coordinator_service.db.engine import Database
 from coordinator_service.db.schema import acls
 from coordinator_service.metrics import CoordinatorMetrics
-from eos_security.authorizer import Authorizer
-from sdk.protocol.acl import (
+from eos_protocol.acl import (
     CLUSTER_RESOURCE,
     OPERATIONS,
     PRINCIPAL_RE,
@@ -49,8 +48,9 @@ from sdk.protocol.acl import (
     Permission,
     ResourceType,
 )
-from sdk.protocol.common import MAX_ID_LENGTH
-from sdk.protocol.errors import CoordinatorNotAvailableError
+from eos_protocol.common import MAX_ID_LENGTH
+from eos_protocol.errors import CoordinatorNotAvailableError
+from eos_security.authorizer import Authorizer
 
 log = logging.getLogger("eos.coordinator.acls")
 

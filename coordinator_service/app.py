@@ -46,7 +46,8 @@ from coordinator_service.transactions.store import TransactionStore
 from eos_security import access as access_control
 from eos_security.access import AccessControl
 from eos_security.authorizer import Authorizer
-from sdk.protocol.server import RequestShape, install_error_handlers
+from eos_server.envelope import install_error_handlers
+from eos_server.middleware import RequestShape
 
 log = logging.getLogger("eos.coordinator")
 

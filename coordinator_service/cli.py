@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from coordinator_service.settings import CoordinatorSettings
-from sdk.protocol.server import serve, settings_or_exit
+from eos_server.process import serve, settings_or_exit
 
 
 def _plain_type(annotation: Any) -> Any:

@@ -28,7 +28,7 @@ from coordinator_service.clock import Clock
 from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.transactions import state as st
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
-from sdk.protocol.errors import EosError
+from eos_protocol.errors import EosError
 
 log = logging.getLogger("eos.coordinator.expiry")
 

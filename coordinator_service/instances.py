@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database
 from coordinator_service.db.schema import coordinator_instances
-from sdk.protocol.coordinator import NodeInfo
+from eos_protocol.coordinator import NodeInfo
 
 log = logging.getLogger("eos.coordinator.instances")
 

@@ -34,7 +34,7 @@ from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import leases
 from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.transactions.store import LeaseToken
-from sdk.protocol.errors import (
+from eos_protocol.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     NotCoordinatorError,

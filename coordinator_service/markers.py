@@ -50,16 +50,16 @@ from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.node_link import NodeLink
 from coordinator_service.transactions.state import TopicPartitionKey
 from coordinator_service.transactions.store import LeaseToken
-from sdk.protocol.common import (
+from eos_protocol.common import (
     MAX_PARTITIONS_PER_TOPIC,
     ErrorEnvelope,
     TopicPartition,
     topic_name_problem,
 )
-from sdk.protocol.errors import CATALOGUE
-from sdk.protocol.node import Marker, MarkerResult, WriteMarkersRequest, WriteMarkersResponse
-from sdk.protocol.paths import join
-from sdk.protocol.server import internal_headers
+from eos_protocol.errors import CATALOGUE
+from eos_protocol.node import Marker, MarkerResult, WriteMarkersRequest, WriteMarkersResponse
+from eos_protocol.paths import join
+from eos_server.internal import internal_headers
 
 log = logging.getLogger("eos.coordinator.markers")
 

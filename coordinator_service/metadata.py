@@ -14,7 +14,7 @@ cache is reloaded only on a miss (a topic created through another instance).
 The reconciler tells a node that is *away* from a node that *refuses*. Away — no
 connection, a timeout, a 5xx/503 answer, or credentials the node does not take — is the
 node's state: the rest of that node's partitions wait for a later round. Refused — a 4xx
-answer in the error envelope, or a name no URL can carry (``sdk.protocol.paths.segment``
+answer in the error envelope, or a name no URL can carry (``eos_protocol.paths.segment``
 refuses ``..`` before anything is sent) — is the partition's state: the reason is logged,
 counted and stored in ``topic_partitions.creation_error`` (describe shows it), the round
 goes on with the other partitions, and that partition is tried again only every
@@ -42,15 +42,15 @@ from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import cluster, coordinator_instances, topic_partitions, topics
 from coordinator_service.metrics import CoordinatorMetrics
-from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, ErrorEnvelope
-from sdk.protocol.coordinator import NodeInfo, PartitionInfo, TopicInfo
-from sdk.protocol.errors import (
+from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, ErrorEnvelope
+from eos_protocol.coordinator import NodeInfo, PartitionInfo, TopicInfo
+from eos_protocol.errors import (
     InvalidRequestError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from sdk.protocol.paths import join
-from sdk.protocol.server import internal_headers
+from eos_protocol.paths import join
+from eos_server.internal import internal_headers
 
 log = logging.getLogger("eos.coordinator.metadata")
 

@@ -20,7 +20,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from sdk.protocol.states import TransactionState
+from eos_protocol.states import TransactionState
 
 WINDOW_S = 10.0
 

@@ -4,7 +4,7 @@ Markers go out several hundred times a second under load, each time a small JSON
 on a connection the node keeps alive. httpx spends more of the coordinator's CPU on such a
 request than the coordinator spends deciding the transaction, so ``RoutingLink`` sends
 to plain ``http://`` nodes through the services' shared keep-alive HTTP/1.1 client
-(``sdk/protocol/keepalive.py``). ``HttpxLink`` keeps httpx for everything else — an
+(``eos_server/keepalive.py``). ``HttpxLink`` keeps httpx for everything else — an
 injected transport (tests stand in for nodes that way) or ``https://`` nodes.
 
 Both raise ``httpx.TransportError`` subclasses for a node that cannot be reached or that
@@ -20,7 +20,7 @@ from typing import Protocol
 
 import httpx
 
-from sdk.protocol.keepalive import Answer, KeepAliveClient
+from eos_server.keepalive import Answer, KeepAliveClient
 
 MAX_IDLE_PER_NODE = 4  # one marker request per node is in flight at a time
 

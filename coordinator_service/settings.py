@@ -13,9 +13,9 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from eos_protocol.acl import PRINCIPAL_RE
+from eos_protocol.addresses import check_url
 from eos_security.settings import SecuritySettings
-from sdk.protocol.acl import PRINCIPAL_RE
-from sdk.protocol.addresses import check_url
 
 
 def parse_nodes(spec: str) -> dict[int, str]:

@@ -14,9 +14,9 @@ import typer
 from rich.table import Table
 
 from eos_cli.commands import DEFAULT_BOOTSTRAP, Bootstrap, out, reports_errors
+from eos_protocol.acl import PRINCIPAL_RE, Operation, PatternType, Permission, ResourceType
 from eos_security.tokens import TokenFileError, new_token, parse_tokens, token_entry
 from sdk import AclBinding, AclFilter, AdminClient
-from sdk.protocol.acl import PRINCIPAL_RE, Operation, PatternType, Permission, ResourceType
 
 auth = typer.Typer(help="Client tokens for --auth-tokens-file.", no_args_is_help=True)
 acls = typer.Typer(help="List, add and remove ACL bindings.", no_args_is_help=True)

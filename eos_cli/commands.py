@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from eos_protocol.states import TransactionState
 from sdk import AdminClient, ClientError, Consumer, EosError, Producer, TransactionalProducer
-from sdk.protocol.states import TransactionState
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -28,10 +28,8 @@ from fastapi import Depends, FastAPI, Request
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from eos_security.authorizer import Authorizer
-from eos_security.tokens import TokenRegistry, hash_token
-from sdk.protocol.acl import CLUSTER_RESOURCE, Operation, ResourceType
-from sdk.protocol.errors import (
+from eos_protocol.acl import CLUSTER_RESOURCE, Operation, ResourceType
+from eos_protocol.errors import (
     ClusterAuthorizationFailedError,
     CoordinatorNotAvailableError,
     EosError,
@@ -40,7 +38,9 @@ from sdk.protocol.errors import (
     TransactionalIdAuthorizationFailedError,
     UnauthenticatedError,
 )
-from sdk.protocol.server import error_response
+from eos_security.authorizer import Authorizer
+from eos_security.tokens import TokenRegistry, hash_token
+from eos_server.envelope import error_response
 
 log = logging.getLogger("eos.auth")
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from sdk.protocol.acl import (
+from eos_protocol.acl import (
     WILDCARD,
     AclBinding,
     Operation,

@@ -29,7 +29,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from sdk.protocol.acl import PRINCIPAL_RE, WILDCARD
+from eos_protocol.acl import PRINCIPAL_RE, WILDCARD
 
 log = logging.getLogger("eos.auth")
 

@@ -18,10 +18,10 @@ import time
 
 from pydantic import ValidationError
 
+from eos_protocol.acl import AclSnapshot
+from eos_protocol.errors import CoordinatorNotAvailableError
 from eos_security.authorizer import Authorizer
 from partition_service.coordinators import CoordinatorPool
-from sdk.protocol.acl import AclSnapshot
-from sdk.protocol.errors import CoordinatorNotAvailableError
 
 log = logging.getLogger("eos.node.acls")
 

@@ -18,6 +18,9 @@ from fastapi import FastAPI
 from eos_security import access as access_control
 from eos_security.access import AccessControl
 from eos_security.authorizer import Authorizer
+from eos_server.envelope import install_error_handlers
+from eos_server.internal import internal_token_checker
+from eos_server.middleware import BodyLimit, RequestShape
 from partition_service.acls import AclFetcher
 from partition_service.api import groups, health, internal, records
 from partition_service.context import NodeContext
@@ -31,12 +34,6 @@ from partition_service.verification import (
     CoordinatorVerifier,
     TransactionVerifier,
     TrustingVerifier,
-)
-from sdk.protocol.server import (
-    BodyLimit,
-    RequestShape,
-    install_error_handlers,
-    internal_token_checker,
 )
 
 log = logging.getLogger("eos.node")

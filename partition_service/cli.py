@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from eos_server.process import serve, settings_or_exit
 from partition_service.settings import NodeSettings
-from sdk.protocol.server import serve, settings_or_exit
 
 
 def run_node(settings: NodeSettings) -> None:

@@ -32,10 +32,10 @@ from collections.abc import Callable
 import httpx
 import orjson
 
-from sdk.protocol.addresses import AddressError, check_url
-from sdk.protocol.errors import CoordinatorNotAvailableError
-from sdk.protocol.keepalive import KeepAliveClient
-from sdk.protocol.server import internal_headers
+from eos_protocol.addresses import AddressError, check_url
+from eos_protocol.errors import CoordinatorNotAvailableError
+from eos_server.internal import internal_headers
+from eos_server.keepalive import KeepAliveClient
 
 log = logging.getLogger("eos.node.coordinators")
 

@@ -16,9 +16,9 @@ import logging
 import time
 from collections.abc import Callable
 
+from eos_protocol.errors import KafkaStorageError
 from partition_service.log.engine import PartitionEngine
 from partition_service.log.log import Checkpoint
-from sdk.protocol.errors import KafkaStorageError
 
 log = logging.getLogger("eos.node.durability")
 

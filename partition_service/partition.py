@@ -17,15 +17,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from partition_service.group_commit import GroupCommitter
-from partition_service.log.batch import NO_PRODUCER_ID, NO_SEQUENCE
-from partition_service.log.engine import AppendResult, PartitionEngine, ReadResult, Row
-from sdk.protocol.errors import (
+from eos_protocol.errors import (
     InvalidRecordError,
     InvalidRequestError,
     MessageTooLargeError,
 )
-from sdk.protocol.node import Encoding, ProduceRequest, RecordIn
+from eos_protocol.node import Encoding, ProduceRequest, RecordIn
+from partition_service.group_commit import GroupCommitter
+from partition_service.log.batch import NO_PRODUCER_ID, NO_SEQUENCE
+from partition_service.log.engine import AppendResult, PartitionEngine, ReadResult, Row
 
 T = TypeVar("T")
 

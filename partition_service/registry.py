@@ -9,25 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
 from pathlib import Path
 
-from partition_service.log.engine import PartitionEngine
-from partition_service.log.log import LogConfig, fsync_directory
-from partition_service.partition import Limits, Partition
-from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, topic_name_problem
-from sdk.protocol.errors import (
+from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, topic_name_problem
+from eos_protocol.errors import (
     InvalidRequestError,
     NotCoordinatorError,
     UnknownTopicOrPartitionError,
 )
+from eos_protocol.partitioning import group_offsets_partition
+from partition_service.log.engine import PartitionEngine
+from partition_service.log.log import LogConfig, fsync_directory
+from partition_service.partition import Limits, Partition
 
 log = logging.getLogger("eos.node.registry")
-
-
-def group_partition(group_id: str, partitions: int) -> int:
-    """The ``__consumer_offsets`` partition that stores a group's offsets."""
-    return zlib.crc32(group_id.encode()) % partitions
 
 
 def directory_name(topic: str, partition: int) -> str:
@@ -123,7 +118,7 @@ class PartitionRegistry:
         return partition
 
     def group_coordinator(self, group_id: str) -> Partition:
-        index = group_partition(group_id, self.group_offset_partitions)
+        index = group_offsets_partition(group_id, self.group_offset_partitions)
         partition = self.partitions.get((CONSUMER_OFFSETS_TOPIC, index))
         if partition is None:
             raise NotCoordinatorError(

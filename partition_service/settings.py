@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from eos_protocol.addresses import parse_url_list
 from eos_security.settings import SecuritySettings
-from sdk.protocol.addresses import parse_url_list
 
 
 class NodeSettings(SecuritySettings):

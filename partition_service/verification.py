@@ -17,17 +17,17 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from partition_service.coordinators import CoordinatorPool
-from sdk.protocol.common import TopicPartition
-from sdk.protocol.coordinator import ProducerTransactionView
-from sdk.protocol.errors import (
+from eos_protocol.common import TopicPartition
+from eos_protocol.coordinator import ProducerTransactionView
+from eos_protocol.errors import (
     CoordinatorNotAvailableError,
     InvalidProducerEpochError,
     ProducerFencedError,
     TransactionAbortableError,
 )
-from sdk.protocol.paths import segment
-from sdk.protocol.states import TransactionState
+from eos_protocol.paths import segment
+from eos_protocol.states import TransactionState
+from partition_service.coordinators import CoordinatorPool
 
 log = logging.getLogger("eos.node.verification")
 

@@ -8,5 +8,5 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[spark]'
+.venv/bin/python -m pip install -q -e '.[server,spark]'
 exec .venv/bin/eos demo "$@"

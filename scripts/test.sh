@@ -11,7 +11,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[dev,spark]'
+.venv/bin/python -m pip install -q -e '.[dev,server,spark]'
 
 # PostgreSQL: the coordinator tests need it on 127.0.0.1:5432.
 if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q; then
@@ -23,7 +23,7 @@ fi
 echo "== ruff"
 .venv/bin/ruff check .
 echo "== mypy"
-.venv/bin/mypy sdk partition_service coordinator_service eos_cli spark_jobs eos_security
+.venv/bin/mypy sdk eos_protocol eos_server partition_service coordinator_service eos_cli spark_jobs eos_security
 echo "== pytest"
 set +e
 .venv/bin/python -m pytest "$@"

@@ -16,32 +16,14 @@ Blocking clients and their asyncio twins (``Async*``) behave alike::
                 {("orders", 0): consumer.position(("orders", 0))}, "enricher"
             )
 
-Errors: the wire errors of ``sdk.protocol.errors`` (``RetriableError``, ``AbortableError``,
+Errors: the wire errors of ``eos_protocol.errors`` (``RetriableError``, ``AbortableError``,
 ``FatalError`` and their codes' classes) and the client's own (``ClientError`` tree).
 
 Credentials: every client takes ``token=`` (a bearer token; default ``EOS_TOKEN``) and
 ``ca_file=`` (the CA bundle for ``https://`` services; default ``EOS_CA_FILE``).
 """
 
-from sdk._config import USE_DEFAULT, RetryConfig, UseDefault
-from sdk._errors import (
-    ClientError,
-    DeliveryTimeoutError,
-    EosTimeoutError,
-    IllegalStateError,
-    NetworkError,
-    ProducerClosedError,
-    TransactionAbortedError,
-)
-from sdk._state import ProducerState
-from sdk._types import ConsumerRecord, OffsetAndMetadata, RecordMetadata, TopicPartition
-from sdk.admin import AdminClient
-from sdk.aio.admin import AsyncAdminClient
-from sdk.aio.consumer import AsyncConsumer
-from sdk.aio.producer import AsyncProducer, AsyncTransactionalProducer
-from sdk.consumer import Consumer
-from sdk.producer import Producer, TransactionalProducer
-from sdk.protocol.acl import (
+from eos_protocol.acl import (
     AclBinding,
     AclFilter,
     Operation,
@@ -49,7 +31,7 @@ from sdk.protocol.acl import (
     Permission,
     ResourceType,
 )
-from sdk.protocol.errors import (
+from eos_protocol.errors import (
     AbortableError,
     ConcurrentTransactionsError,
     CoordinatorLoadInProgressError,
@@ -83,6 +65,24 @@ from sdk.protocol.errors import (
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
 )
+from sdk._config import USE_DEFAULT, RetryConfig, UseDefault
+from sdk._errors import (
+    ClientError,
+    DeliveryTimeoutError,
+    EosTimeoutError,
+    IllegalStateError,
+    NetworkError,
+    ProducerClosedError,
+    TransactionAbortedError,
+)
+from sdk._state import ProducerState
+from sdk._types import ConsumerRecord, OffsetAndMetadata, RecordMetadata, TopicPartition
+from sdk.admin import AdminClient
+from sdk.aio.admin import AsyncAdminClient
+from sdk.aio.consumer import AsyncConsumer
+from sdk.aio.producer import AsyncProducer, AsyncTransactionalProducer
+from sdk.consumer import Consumer
+from sdk.producer import Producer, TransactionalProducer
 
 __all__ = [
     "USE_DEFAULT",

@@ -22,12 +22,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from eos_protocol.common import SEQUENCE_MODULUS
+from eos_protocol.errors import EosError
+from eos_protocol.partitioning import keyed_partition
 from sdk._errors import DeliveryTimeoutError
 from sdk._state import SEQUENCE_ERRORS
 from sdk._transport import POLICIES, Req, Verdict, classify
 from sdk._types import Payload, RecordMetadata, TopicPartition
-from sdk.protocol.common import SEQUENCE_MODULUS
-from sdk.protocol.errors import EosError
 
 T_contra = TypeVar("T_contra", contravariant=True)
 
@@ -56,36 +57,6 @@ def _settle(future: FutureLike[Any], result: Any = None, exc: BaseException | No
 # --- partitioner -------------------------------------------------------------------------
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 (``Utils.murmur2``), as a signed 32-bit int, so keyed records land
-    on the partition a Kafka client would choose."""
-    m, r = 0x5BD1E995, 24
-    length = len(data)
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    for i in range(0, length - length % 4, 4):
-        k = data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    tail, rest = length & ~3, length % 4
-    if rest == 3:
-        h ^= data[tail + 2] << 16
-    if rest >= 2:
-        h ^= data[tail + 1] << 8
-    if rest >= 1:
-        h ^= data[tail]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def key_bytes(key: Payload) -> bytes:
-    return key if isinstance(key, bytes) else key.encode()
-
-
 class Partitioner:
     """Kafka's default: keyed records by ``murmur2(key) & 0x7fffffff % n`` (stable across
     runs and clients); keyless records stick to one partition until its batch is
@@ -97,7 +68,7 @@ class Partitioner:
 
     def partition(self, topic: str, key: Payload | None, partitions: int) -> int:
         if key is not None:
-            return (murmur2(key_bytes(key)) & 0x7FFFFFFF) % partitions
+            return keyed_partition(key, partitions)
         current = self._sticky.get(topic)
         if current is None or current >= partitions:
             current = self._sticky[topic] = self._rng.randrange(partitions)
@@ -423,5 +394,4 @@ __all__ = [
     "Partitioner",
     "ProducerBatch",
     "RecordAccumulator",
-    "murmur2",
 ]

@@ -11,8 +11,8 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sdk.protocol.addresses import parse_url_list
-from sdk.protocol.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, MAX_TRANSACTION_TIMEOUT_MS
+from eos_protocol.addresses import parse_url_list
+from eos_protocol.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, MAX_TRANSACTION_TIMEOUT_MS
 
 
 class UseDefault(enum.Enum):

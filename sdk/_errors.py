@@ -1,4 +1,4 @@
-"""Errors raised by the client itself, beside the wire errors of ``sdk.protocol.errors``.
+"""Errors raised by the client itself, beside the wire errors of ``eos_protocol.errors``.
 
 The wire errors say what a server answered. These say what the client decided::
 
@@ -92,7 +92,7 @@ class DeliveryTimeoutError(EosTimeoutError):
 def copy_error(exc: BaseException) -> BaseException:
     """A fresh instance of a stored error, so each call that re-raises it gets its own
     traceback (the stored one stays the cause)."""
-    from sdk.protocol.errors import EosError
+    from eos_protocol.errors import EosError
 
     if isinstance(exc, EosError):
         return type(exc)(exc.message, details=exc.details)

@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from eos_protocol.addresses import AddressError, check_url, parse_url_list
+from eos_protocol.errors import UnknownTopicOrPartitionError
+from eos_protocol.paths import segment
 from sdk._transport import refind_target
 from sdk._types import TopicPartition
-from sdk.protocol.addresses import AddressError, check_url, parse_url_list
-from sdk.protocol.errors import UnknownTopicOrPartitionError
-from sdk.protocol.paths import segment
 
 #: How long an instance that did not answer is passed over.
 SET_ASIDE_S = 5.0

@@ -13,6 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from eos_protocol.errors import (
+    AbortableError,
+    FatalError,
+    UnknownTopicOrPartitionError,
+    error_for,
+)
 from sdk._accumulator import FutureLike, Partitioner, ProducerBatch, RecordAccumulator
 from sdk._config import ProducerConfig
 from sdk._errors import ProducerClosedError, TransactionAbortedError, copy_error
@@ -28,12 +34,6 @@ from sdk._types import (
     as_offset,
 )
 from sdk._types import as_topic_partition as _tp
-from sdk.protocol.errors import (
-    AbortableError,
-    FatalError,
-    UnknownTopicOrPartitionError,
-    error_for,
-)
 
 
 def now_ms() -> int:

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import enum
 
+from eos_protocol.errors import AbortableError, EosError, FatalError
 from sdk._errors import DeliveryTimeoutError, IllegalStateError, copy_error
 from sdk._types import TopicPartition
-from sdk.protocol.errors import AbortableError, EosError, FatalError
 
 
 class ProducerState(enum.Enum):

@@ -34,13 +34,13 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from sdk._config import RetryConfig
-from sdk._errors import EosTimeoutError, NetworkError
-from sdk.protocol.errors import (
+from eos_protocol.errors import (
     EosError,
     InternalError,
     error_for,
 )
+from sdk._config import RetryConfig
+from sdk._errors import EosTimeoutError, NetworkError
 
 if TYPE_CHECKING:
     from sdk._metadata import MetadataCache

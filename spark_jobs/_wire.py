@@ -22,6 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eos_protocol.coordinator import AddPartitionsResponse, ProducerIdResponse
+from eos_protocol.errors import error_for
+from eos_protocol.node import DescribeProducersResponse, ProduceResponse
 from sdk._config import RetryConfig
 from sdk._metadata import (
     MetadataCache,
@@ -42,9 +45,6 @@ from sdk._transport import (
     classify,
 )
 from sdk._types import TopicPartition
-from sdk.protocol.coordinator import AddPartitionsResponse, ProducerIdResponse
-from sdk.protocol.errors import error_for
-from sdk.protocol.node import DescribeProducersResponse, ProduceResponse
 
 #: How long one logical call may keep retrying (seconds).
 CALL_TIMEOUT_S = 60.0

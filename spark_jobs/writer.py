@@ -31,9 +31,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sdk._accumulator import key_bytes, murmur2
+from eos_protocol.errors import OutOfOrderSequenceNumberError
+from eos_protocol.partitioning import keyed_partition
 from sdk._types import TopicPartition
-from sdk.protocol.errors import OutOfOrderSequenceNumberError
 from spark_jobs._wire import ProducerIdentity, SequencedPartitionWriter, TransactionSession
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ AfterBatch = Callable[[TopicPartition, int], None]
 def default_partition(key: str | None, value: str | None, partitions: int) -> int:
     """Kafka's placement for keyed records (murmur2 of the key); keyless ones by value."""
     basis = key if key is not None else (value or "")
-    return (murmur2(key_bytes(basis)) & 0x7FFFFFFF) % partitions
+    return keyed_partition(basis, partitions)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The services' shared keep-alive HTTP/1.1 client (sdk/protocol/keepalive.py), against a
+"""The services' shared keep-alive HTTP/1.1 client (eos_server/keepalive.py), against a
 scripted server: connections are pooled per host:port and reused, a connection the peer
 closed is replaced without the caller noticing (once), content-length, chunked and
 close-delimited answers are read, and every failure is an httpx transport error (which
@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sdk.protocol.keepalive import KeepAliveClient
+from eos_server.keepalive import KeepAliveClient
 from tests.support.processes import free_port
 
 Reply = Callable[[int, bytes], bytes]

@@ -19,9 +19,9 @@ judged the same whichever of them answers it.
 from __future__ import annotations
 
 from coordinator_service.services import Services
+from eos_protocol.acl import CLUSTER_RESOURCE, Operation, ResourceType
+from eos_protocol.common import TopicPartition
 from eos_security.access import Caller
-from sdk.protocol.acl import CLUSTER_RESOURCE, Operation, ResourceType
-from sdk.protocol.common import TopicPartition
 
 __all__ = ["Caller", "may_add_partitions", "may_create_topic", "may_write_transaction"]
 

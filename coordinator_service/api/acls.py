@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, status
 
 from coordinator_service.api.access import Caller
 from coordinator_service.api.deps import ServicesDep
-from sdk.protocol.acl import (
+from eos_protocol.acl import (
     AclFilter,
     AclsResponse,
     CreateAclsRequest,
@@ -22,7 +22,7 @@ from sdk.protocol.acl import (
     Principal,
     ResourceType,
 )
-from sdk.protocol.server import error_responses
+from eos_server.envelope import error_responses
 
 router = APIRouter(prefix="/v1/acls", tags=["acls"])
 

@@ -11,17 +11,17 @@ from fastapi import APIRouter, Query
 from coordinator_service.api.access import Caller
 from coordinator_service.api.deps import ServicesDep, TransactionalIdPath
 from coordinator_service.transactions.state import TxnRecord
-from sdk.protocol.acl import Operation, ResourceType
-from sdk.protocol.common import Empty, TopicPartition
-from sdk.protocol.coordinator import (
+from eos_protocol.acl import Operation, ResourceType
+from eos_protocol.common import Empty, TopicPartition
+from eos_protocol.coordinator import (
     EndTransactionResponse,
     ListTransactionsResponse,
     TransactionDescription,
     TransactionListing,
 )
-from sdk.protocol.errors import TransactionalIdNotFoundError
-from sdk.protocol.server import error_responses
-from sdk.protocol.states import TransactionState
+from eos_protocol.errors import TransactionalIdNotFoundError
+from eos_protocol.states import TransactionState
+from eos_server.envelope import error_responses
 
 router = APIRouter(tags=["admin"])
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 
 from coordinator_service.services import Services
-from sdk.protocol.common import MAX_ID_LENGTH
+from eos_protocol.common import MAX_ID_LENGTH
 
 
 async def get_services(request: Request) -> Services:

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from coordinator_service.api.deps import ServicesDep
-from sdk.protocol.common import Health
+from eos_protocol.common import Health
 
 router = APIRouter(tags=["health"])
 

@@ -10,7 +10,7 @@ and serialisation — several times the CPU of the coordinator's own work for th
 recognises those requests by method and path, parses the body with pydantic's JSON parser
 (``model_validate_json``) straight into the same request models, calls the same
 coordinator methods as the routes and answers with the same bytes: the response model's
-JSON, or the error envelope of ``sdk.protocol.server.error_response`` for an ``EosError``.
+JSON, or the error envelope of ``eos_server.envelope.error_response`` for an ``EosError``.
 Whenever it is not certain to answer exactly as the route would — an unusual content type,
 a body it cannot read in one piece or that does not validate, a path parameter FastAPI
 would coerce or refuse, a missing internal token, a mounted app — it replays the request
@@ -30,17 +30,18 @@ from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator_service.api.access import may_add_partitions, may_write_transaction
-from eos_security.access import principal_of
-from sdk.protocol.common import MAX_ID_LENGTH, TopicPartition
-from sdk.protocol.coordinator import (
+from eos_protocol.common import MAX_ID_LENGTH, TopicPartition
+from eos_protocol.coordinator import (
     AddPartitionsRequest,
     AddPartitionsResponse,
     EndTransactionRequest,
     EndTransactionResponse,
     ProducerTransactionView,
 )
-from sdk.protocol.errors import EosError, UnknownProducerIdError
-from sdk.protocol.server import INTERNAL_TOKEN_HEADER, bears_internal_token, error_response
+from eos_protocol.errors import EosError, UnknownProducerIdError
+from eos_security.access import principal_of
+from eos_server.envelope import error_response
+from eos_server.internal import INTERNAL_TOKEN_HEADER, bears_internal_token
 
 MAX_FAST_BODY = 64 * 1024  # larger bodies (hundreds of partitions) take the ordinary route
 MAX_PRODUCER_ID = 2**63 - 1

@@ -22,11 +22,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, FastAPI, Path
 
 from coordinator_service.api.deps import ServicesDep
-from sdk.protocol.acl import AclSnapshot
-from sdk.protocol.common import TopicPartition
-from sdk.protocol.coordinator import LiveCoordinators, ProducerTransactionView
-from sdk.protocol.errors import UnknownProducerIdError
-from sdk.protocol.server import error_responses, internal_token_checker
+from eos_protocol.acl import AclSnapshot
+from eos_protocol.common import TopicPartition
+from eos_protocol.coordinator import LiveCoordinators, ProducerTransactionView
+from eos_protocol.errors import UnknownProducerIdError
+from eos_server.envelope import error_responses
+from eos_server.internal import internal_token_checker
 
 
 def build_router(internal_token: str | None) -> APIRouter:

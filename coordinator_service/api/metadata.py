@@ -10,10 +10,9 @@ from fastapi import APIRouter, Query, status
 
 from coordinator_service.api.access import Caller, may_create_topic
 from coordinator_service.api.deps import ServicesDep
-from coordinator_service.transactions.state import group_offsets_partition
-from sdk.protocol.acl import Operation, ResourceType
-from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, Empty
-from sdk.protocol.coordinator import (
+from eos_protocol.acl import Operation, ResourceType
+from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, Empty
+from eos_protocol.coordinator import (
     CreateTopicRequest,
     FindCoordinatorResponse,
     KeyType,
@@ -21,8 +20,9 @@ from sdk.protocol.coordinator import (
     ProducerIdResponse,
     TopicInfo,
 )
-from sdk.protocol.errors import CoordinatorNotAvailableError
-from sdk.protocol.server import error_responses
+from eos_protocol.errors import CoordinatorNotAvailableError
+from eos_protocol.partitioning import group_offsets_partition
+from eos_server.envelope import error_responses
 
 router = APIRouter(prefix="/v1", tags=["metadata"])
 

@@ -14,9 +14,9 @@ from coordinator_service.api.access import (
     may_write_transaction,
 )
 from coordinator_service.api.deps import ServicesDep, TransactionalIdPath
-from sdk.protocol.acl import Operation, ResourceType
-from sdk.protocol.common import Empty
-from sdk.protocol.coordinator import (
+from eos_protocol.acl import Operation, ResourceType
+from eos_protocol.common import Empty
+from eos_protocol.coordinator import (
     AddOffsetsRequest,
     AddPartitionsRequest,
     AddPartitionsResponse,
@@ -25,7 +25,7 @@ from sdk.protocol.coordinator import (
     InitTransactionsRequest,
     ProducerIdResponse,
 )
-from sdk.protocol.server import error_responses
+from eos_server.envelope import error_responses
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
 

@@ -95,7 +95,7 @@ transactions = sa.Table(
     sa.Column("coordinator_epoch", sa.Integer, nullable=False),
 )
 
-# One row per ACL binding (sdk/protocol/acl.py); the unique constraint makes creating the
+# One row per ACL binding (eos_protocol/acl.py); the unique constraint makes creating the
 # same binding twice harmless.
 acls = sa.Table(
     "acls",

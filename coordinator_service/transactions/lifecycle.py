@@ -31,14 +31,15 @@ from coordinator_service.transactions import state as st
 from coordinator_service.transactions.batcher import WriteBatcher
 from coordinator_service.transactions.state import TopicPartitionKey, TxnRecord
 from coordinator_service.transactions.store import LeaseToken, TransactionStore
-from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC
-from sdk.protocol.coordinator import (
+from coordinator_service.transactions.table import Outcome, TxnEvent, decide
+from eos_protocol.common import CONSUMER_OFFSETS_TOPIC
+from eos_protocol.coordinator import (
     AddOffsetsRequest,
     AddPartitionsRequest,
     InitTransactionsRequest,
     PartitionResult,
 )
-from sdk.protocol.errors import (
+from eos_protocol.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -47,9 +48,10 @@ from sdk.protocol.errors import (
     NotCoordinatorError,
     TransactionalIdNotFoundError,
 )
-from sdk.protocol.logs import txn_fields
-from sdk.protocol.node import MarkerResult
-from sdk.protocol.states import Outcome, TransactionState, TxnEvent, decide
+from eos_protocol.node import MarkerResult
+from eos_protocol.partitioning import group_offsets_partition
+from eos_protocol.states import TransactionState
+from eos_server.logs import txn_fields
 
 log = logging.getLogger("eos.coordinator.transactions")
 
@@ -341,7 +343,7 @@ class TransactionCoordinator:
         return results
 
     async def add_offsets(self, tid: str, req: AddOffsetsRequest) -> None:
-        partition = st.group_offsets_partition(req.group_id, self._metadata.offsets_partitions)
+        partition = group_offsets_partition(req.group_id, self._metadata.offsets_partitions)
         await self._add(
             tid, req.producer_id, req.producer_epoch,
             [(CONSUMER_OFFSETS_TOPIC, partition)], [req.group_id],

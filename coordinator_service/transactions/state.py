@@ -2,7 +2,7 @@
 
 Nothing here does I/O. The coordinator (``lifecycle.py``) asks these functions for the next
 record, makes it durable with a fenced write, and only then acknowledges. The table of
-legal moves is ``sdk.protocol.states.decide``; this module adds the producer checks (who
+legal moves is ``table.decide``; this module adds the producer checks (who
 may speak for the id) and the bookkeeping Kafka's ``TransactionMetadata`` carries (epochs,
 the previous producer id after a rollover, partitions, start time).
 """
@@ -13,13 +13,19 @@ import dataclasses
 import zlib
 from dataclasses import dataclass
 
-from sdk.protocol.common import MAX_PRODUCER_EPOCH
-from sdk.protocol.errors import (
+from coordinator_service.transactions.table import (
+    TxnEvent,
+    decision_of,
+    may_expire,
+    starts_new_transaction,
+)
+from eos_protocol.common import MAX_PRODUCER_EPOCH
+from eos_protocol.errors import (
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     ProducerFencedError,
 )
-from sdk.protocol.states import TransactionState, TxnEvent, decision_of
+from eos_protocol.states import TransactionState
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -30,11 +36,6 @@ TopicPartitionKey = tuple[str, int]
 def txn_log_partition(transactional_id: str, partitions: int) -> int:
     """Which transaction-log partition (and so which lease) owns this id."""
     return zlib.crc32(transactional_id.encode()) % partitions
-
-
-def group_offsets_partition(group_id: str, partitions: int) -> int:
-    """Which ``__consumer_offsets`` partition holds this group's offsets."""
-    return zlib.crc32(group_id.encode()) % partitions
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def add_partitions(
     now_ms: int,
 ) -> TxnRecord:
     """Add to the open transaction, starting one (and its timer) if none is open."""
-    if record.state.accepts_new_transaction:
+    if starts_new_transaction(record.state):
         current: tuple[TopicPartitionKey, ...] = ()
         current_groups: tuple[str, ...] = ()
         start: int | None = now_ms
@@ -216,4 +217,4 @@ def is_timed_out(record: TxnRecord, now_ms: int) -> bool:
 
 
 def is_expired(record: TxnRecord, now_ms: int, expiration_ms: int) -> bool:
-    return record.state.expiration_allowed and now_ms > record.last_update_ms + expiration_ms
+    return may_expire(record.state) and now_ms > record.last_update_ms + expiration_ms

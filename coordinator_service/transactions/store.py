@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 
 from coordinator_service.db.schema import leases, transactions
 from coordinator_service.transactions.state import TxnRecord
-from sdk.protocol.states import TransactionState
+from eos_protocol.states import TransactionState
 
 T = transactions
 

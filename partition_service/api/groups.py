@@ -12,14 +12,10 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
-from eos_security.access import Caller
-from partition_service.api.records import json_response
-from partition_service.context import Node, NodeContext
-from partition_service.log.group_offsets import encode_offset_record
-from sdk.protocol.acl import Operation, ResourceType
-from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC, MAX_ID_LENGTH, TopicPartition
-from sdk.protocol.errors import UnstableOffsetCommitError
-from sdk.protocol.node import (
+from eos_protocol.acl import Operation, ResourceType
+from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, MAX_ID_LENGTH, TopicPartition
+from eos_protocol.errors import UnstableOffsetCommitError
+from eos_protocol.node import (
     GroupOffsetsResponse,
     OffsetCommitEntry,
     OffsetCommitRequest,
@@ -27,7 +23,11 @@ from sdk.protocol.node import (
     RecordIn,
     TxnOffsetCommitRequest,
 )
-from sdk.protocol.server import error_responses
+from eos_security.access import Caller
+from eos_server.envelope import error_responses
+from partition_service.api.records import json_response
+from partition_service.context import Node, NodeContext
+from partition_service.log.group_offsets import encode_offset_record
 
 router = APIRouter(prefix="/v1/groups/{group_id}", tags=["groups"])
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
+from eos_protocol.common import Health
+from eos_protocol.errors import KafkaStorageError
+from eos_server.envelope import error_responses
 from partition_service.context import Node
-from sdk.protocol.common import Health
-from sdk.protocol.errors import KafkaStorageError
-from sdk.protocol.server import error_responses
 
 router = APIRouter(tags=["operations"])
 

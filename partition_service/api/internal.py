@@ -12,18 +12,18 @@ import logging
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from partition_service.api.records import PartitionPath, TopicPath, json_response
-from partition_service.context import Node
-from sdk.protocol.common import topic_name_problem
-from sdk.protocol.errors import EosError, InvalidRequestError
-from sdk.protocol.logs import txn_fields
-from sdk.protocol.node import (
+from eos_protocol.common import topic_name_problem
+from eos_protocol.errors import EosError, InvalidRequestError
+from eos_protocol.node import (
     CreatePartitionResponse,
     ListPartitionsResponse,
     WriteMarkersRequest,
     WriteMarkersResponse,
 )
-from sdk.protocol.server import error_responses
+from eos_server.envelope import error_responses
+from eos_server.logs import txn_fields
+from partition_service.api.records import PartitionPath, TopicPath, json_response
+from partition_service.context import Node
 
 log = logging.getLogger("eos.node.markers")
 

@@ -12,18 +12,14 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.types import Message, Receive
 
-from eos_security.access import Caller, principal_of
-from partition_service.context import Node, NodeContext, get_node
-from partition_service.log.engine import ReadResult, Row
-from partition_service.partition import Partition, collector_paused
-from sdk.protocol.acl import Operation, ResourceType
-from sdk.protocol.common import (
+from eos_protocol.acl import Operation, ResourceType
+from eos_protocol.common import (
     MAX_PARTITIONS_PER_TOPIC,
     TOPIC_NAME_PATTERN,
     TOPIC_NAME_RE,
     TopicPartition,
 )
-from sdk.protocol.node import (
+from eos_protocol.node import (
     DescribeProducersResponse,
     FetchResponse,
     IsolationLevel,
@@ -31,7 +27,11 @@ from sdk.protocol.node import (
     ProduceRequest,
     ProduceResponse,
 )
-from sdk.protocol.server import error_responses
+from eos_security.access import Caller, principal_of
+from eos_server.envelope import error_responses
+from partition_service.context import Node, NodeContext, get_node
+from partition_service.log.engine import ReadResult, Row
+from partition_service.partition import Partition, collector_paused
 
 router = APIRouter(prefix="/v1/partitions/{topic}/{partition}", tags=["records"])
 _AUTH = ("UNAUTHENTICATED", "TOPIC_AUTHORIZATION_FAILED")

@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from eos_protocol.common import CONSUMER_OFFSETS_TOPIC
+from eos_protocol.errors import InvalidRecordError, OffsetOutOfRangeError
 from partition_service.log import batch as frames
 from partition_service.log.batch import (
     FLAG_BASE64,
@@ -29,8 +31,6 @@ from partition_service.log.log import Checkpoint, Log, LogConfig
 from partition_service.log.producer_state import ProducerStateManager
 from partition_service.log.segment import Segment
 from partition_service.log.txn_index import AbortedTxn, AbortedTxnIndex
-from sdk.protocol.common import CONSUMER_OFFSETS_TOPIC
-from sdk.protocol.errors import InvalidRecordError, OffsetOutOfRangeError
 
 Row = tuple[str | None, str | None, dict[str, str] | None, int]
 COMMIT, ABORT = "COMMIT", "ABORT"

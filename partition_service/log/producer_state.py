@@ -14,9 +14,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from partition_service.log.batch import NO_SEQUENCE
-from sdk.protocol.common import SEQUENCE_MODULUS
-from sdk.protocol.errors import (
+from eos_protocol.common import SEQUENCE_MODULUS
+from eos_protocol.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -25,6 +24,7 @@ from sdk.protocol.errors import (
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
+from partition_service.log.batch import NO_SEQUENCE
 
 REMEMBERED_BATCHES = 5
 

@@ -2,7 +2,7 @@
 
 Cluster-wide questions go to the coordinator named by ``bootstrap_url`` (any instance
 answers them from the shared store); ``describe_producers`` asks the partition's storage
-node. Answers are the wire models of ``sdk.protocol``, so they are typed and validated.
+node. Answers are the wire models of ``eos_protocol``, so they are typed and validated.
 """
 
 # The twins share their signatures, ``timeout=`` included (ruff's ASYNC109 would have the
@@ -15,6 +15,26 @@ from typing import Any
 
 import httpx
 
+from eos_protocol.acl import (
+    AclBinding,
+    AclFilter,
+    AclsResponse,
+    CreateAclsRequest,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
+    ResourceType,
+)
+from eos_protocol.coordinator import (
+    FindCoordinatorResponse,
+    MetadataResponse,
+    TopicInfo,
+    TransactionDescription,
+    TransactionListing,
+)
+from eos_protocol.errors import TopicAlreadyExistsError
+from eos_protocol.node import PartitionOffsets, ProducerDescription
+from eos_protocol.paths import segment
+from eos_protocol.states import TransactionState
 from sdk._config import USE_DEFAULT, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._metadata import (
     Bootstrap,
@@ -25,26 +45,6 @@ from sdk._metadata import (
 )
 from sdk._transport import AsyncTransport, Req
 from sdk._types import TopicPartition, as_topic_partition
-from sdk.protocol.acl import (
-    AclBinding,
-    AclFilter,
-    AclsResponse,
-    CreateAclsRequest,
-    DeleteAclsRequest,
-    DeleteAclsResponse,
-    ResourceType,
-)
-from sdk.protocol.coordinator import (
-    FindCoordinatorResponse,
-    MetadataResponse,
-    TopicInfo,
-    TransactionDescription,
-    TransactionListing,
-)
-from sdk.protocol.errors import TopicAlreadyExistsError
-from sdk.protocol.node import PartitionOffsets, ProducerDescription
-from sdk.protocol.paths import segment
-from sdk.protocol.states import TransactionState
 
 _DEFAULT_TIMEOUT_MS = 30_000
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from eos_protocol.errors import OffsetOutOfRangeError
 from sdk._config import USE_DEFAULT, ConsumerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._consumer_base import ConsumerCore
 from sdk._metadata import (
@@ -37,7 +38,6 @@ from sdk._types import (
     TopicPartition,
     as_topic_partition,
 )
-from sdk.protocol.errors import OffsetOutOfRangeError
 
 _DEFAULT_TIMEOUT_MS = 30_000
 

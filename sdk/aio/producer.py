@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from eos_protocol.errors import FatalError, InvalidTxnStateError
 from sdk._accumulator import FutureLike, ProducerBatch
 from sdk._config import USE_DEFAULT, ProducerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._errors import EosTimeoutError
@@ -34,7 +35,6 @@ from sdk._producer_base import Actions, Body, ProducerCore, normalise_offsets, n
 from sdk._state import ProducerState
 from sdk._transport import AsyncTransport, Req
 from sdk._types import Offsets, Payload, RecordMetadata, TopicPartition
-from sdk.protocol.errors import FatalError, InvalidTxnStateError
 
 
 def _loop_future() -> asyncio.Future[None]:

@@ -4,7 +4,7 @@ Generated requests (schemathesis, from each service's own ``/openapi.json``) are
 ``tests/openapi/test_conformance.py``, which holds every answer to the same rule as these:
 ``tests/support/envelope.py``'s — no 5xx other than a retriable 503, and every error in the
 envelope ``{"error": {"code", "message", "retriable"}}`` with a code of the catalogue
-(``sdk/protocol/errors.py``), its status and its ``retriable`` flag. The nasty inputs
+(``eos_protocol/errors.py``), its status and its ``retriable`` flag. The nasty inputs
 (oversized bodies, invalid UTF-8 and base64, huge headers, negative and enormous numbers,
 unknown enum values) must each be refused *and change nothing*: the cluster's observable
 state is read back before and after.

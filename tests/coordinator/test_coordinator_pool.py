@@ -13,10 +13,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from eos_protocol.common import TopicPartition
+from eos_protocol.errors import CoordinatorNotAvailableError
 from partition_service.coordinators import CoordinatorPool
 from partition_service.verification import CoordinatorVerifier
-from sdk.protocol.common import TopicPartition
-from sdk.protocol.errors import CoordinatorNotAvailableError
 from tests.coordinator.helpers import add, init, ok, topic
 from tests.support.coordinators import INTERNAL_TOKEN, InProcessCoordinator
 from tests.support.processes import free_port

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from coordinator_service.clock import FakeClock
 from coordinator_service.transactions import state as st
 from coordinator_service.transactions.store import LeaseToken
-from sdk.protocol.states import TransactionState
+from eos_protocol.states import TransactionState
 from tests.coordinator.helpers import add, end, init, ok, topic
 from tests.support.coordinators import INTERNAL_TOKEN, InProcessCoordinator
 

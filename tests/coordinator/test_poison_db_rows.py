@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from coordinator_service.clock import FakeClock
-from sdk.protocol.acl import Operation, ResourceType
+from eos_protocol.acl import Operation, ResourceType
 from tests.coordinator.helpers import add, code, describe, end, init, ok, topic
 from tests.support.processes import wait_until
 

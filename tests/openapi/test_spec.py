@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 from eos_cli.main import app
 from eos_cli.openapi_command import render_spec
-from sdk.protocol import common as protocol_common
-from sdk.protocol import coordinator as protocol_coordinator
-from sdk.protocol import node as protocol_node
-from sdk.protocol.common import ErrorEnvelope
-from sdk.protocol.errors import CATALOGUE
+from eos_protocol import common as protocol_common
+from eos_protocol import coordinator as protocol_coordinator
+from eos_protocol import node as protocol_node
+from eos_protocol.common import ErrorEnvelope
+from eos_protocol.errors import CATALOGUE
 from tests.openapi.conftest import DOCS
 
 SERVICES = {"coordinator": "coordinator.json", "node": "node.json"}

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from eos_protocol import errors
 from partition_service.log.engine import PartitionEngine
 from partition_service.log.log import CHECKPOINT_FILE, LogConfig
-from sdk.protocol import errors
 from tests.partition.engine_support import NOW, SMALL, marker, open_engine, produce, values
 
 

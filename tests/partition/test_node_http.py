@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from partition_service.registry import group_partition
+from eos_protocol.partitioning import group_offsets_partition
 from tests.support.nodes import INTERNAL_TOKEN, NodeProcess
 
 TOPIC = "orders"
@@ -351,7 +351,8 @@ def test_group_offsets_plain_and_transactional(node: NodeProcess, client: httpx.
     assert unstable.json()["error"]["retriable"] is True
     loose = client.get(f"/v1/groups/{group}/offsets", params={"require_stable": False})
     assert loose.json()["offsets"][0]["offset"] == 10
-    results = markers(node, 900, 0, "COMMIT", [("__consumer_offsets", group_partition(group, 4))])
+    offsets_partition = ("__consumer_offsets", group_offsets_partition(group, 4))
+    results = markers(node, 900, 0, "COMMIT", [offsets_partition])
     assert results[0]["error"] is None
     assert client.get(f"/v1/groups/{group}/offsets").json()["offsets"][0]["offset"] == 25
 

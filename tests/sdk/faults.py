@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import httpx
 
-from sdk.protocol.errors import CATALOGUE
+from eos_protocol.errors import CATALOGUE
 
 Plan = Callable[[httpx.Request], str | None]
 

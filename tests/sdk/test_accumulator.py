@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from eos_protocol.partitioning import murmur2
 from sdk import (
     DeliveryTimeoutError,
     InvalidRecordError,
@@ -16,7 +17,7 @@ from sdk import (
     OutOfOrderSequenceNumberError,
     TopicPartition,
 )
-from sdk._accumulator import Partitioner, ProducerBatch, RecordAccumulator, murmur2
+from sdk._accumulator import Partitioner, ProducerBatch, RecordAccumulator
 
 TP = TopicPartition("t", 0)
 

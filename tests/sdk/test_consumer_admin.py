@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from eos_protocol.states import TransactionState
 from sdk import (
     IllegalStateError,
     OffsetAndMetadata,
@@ -11,7 +12,6 @@ from sdk import (
     TopicPartition,
     TransactionalIdNotFoundError,
 )
-from sdk.protocol.states import TransactionState
 from tests.sdk.cluster import Cluster
 from tests.sdk.conftest import Twin
 from tests.sdk.helpers import uid, wait_for

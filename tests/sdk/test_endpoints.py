@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from eos_protocol.addresses import AddressError
 from sdk._metadata import MEMBERS_MAX_AGE_S, SET_ASIDE_S, CoordinatorEndpoints, MetadataCache
-from sdk.protocol.addresses import AddressError
 
 
 class Clock:

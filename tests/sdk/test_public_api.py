@@ -23,7 +23,7 @@ PUBLIC_CLIENTS = [
 def _sdk_modules() -> list[str]:
     names = ["sdk"]
     for info in pkgutil.walk_packages(sdk.__path__, "sdk."):
-        if not info.name.startswith("sdk.protocol"):
+        if not info.name.startswith("eos_protocol"):
             names.append(info.name)
     return names
 
@@ -51,11 +51,11 @@ def test_all_names_resolve_and_are_sorted() -> None:
 
 
 def _own_public_classes() -> list[str]:
-    """Public classes the SDK defines itself (the wire errors come from sdk.protocol)."""
+    """Public classes the SDK defines itself (the wire errors come from eos_protocol)."""
     return [
         name for name in sdk.__all__
         if inspect.isclass(getattr(sdk, name))
-        and not getattr(sdk, name).__module__.startswith("sdk.protocol")
+        and not getattr(sdk, name).__module__.startswith("eos_protocol")
     ]
 
 

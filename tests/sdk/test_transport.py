@@ -9,6 +9,13 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from eos_protocol.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorNotAvailableError,
+    InternalError,
+    KafkaStorageError,
+    UnstableOffsetCommitError,
+)
 from sdk import (
     EosTimeoutError,
     InvalidTxnStateError,
@@ -26,13 +33,6 @@ from sdk._transport import (
     Verdict,
     classify,
     parse_response,
-)
-from sdk.protocol.errors import (
-    ConcurrentTransactionsError,
-    CoordinatorNotAvailableError,
-    InternalError,
-    KafkaStorageError,
-    UnstableOffsetCommitError,
 )
 
 FAST = RetryConfig(backoff_ms=1, backoff_max_ms=2, fast_backoff_ms=1, request_timeout_ms=1000)

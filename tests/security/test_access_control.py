@@ -8,18 +8,18 @@ import time
 
 import pytest
 
-from eos_security import access as access_module
-from eos_security.access import AccessControl
-from eos_security.authorizer import Authorizer
-from eos_security.tokens import TokenRegistry
-from sdk.protocol.acl import AclBinding, Operation, ResourceType
-from sdk.protocol.errors import (
+from eos_protocol.acl import AclBinding, Operation, ResourceType
+from eos_protocol.errors import (
     ClusterAuthorizationFailedError,
     CoordinatorNotAvailableError,
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
+from eos_security import access as access_module
+from eos_security.access import AccessControl
+from eos_security.authorizer import Authorizer
+from eos_security.tokens import TokenRegistry
 
 TOKENS = TokenRegistry.from_hashes({})
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from eos_protocol.acl import AclBinding, AclFilter, Operation, ResourceType
 from eos_security import tokens as tokens_module
 from eos_security.authorizer import Authorizer
 from eos_security.tokens import TokenFileError, TokenRegistry, hash_token, new_token, parse_tokens
-from sdk.protocol.acl import AclBinding, AclFilter, Operation, ResourceType
 
 T, G, X, C = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID,
               ResourceType.CLUSTER)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from sdk.protocol.errors import CATALOGUE
+from eos_protocol.errors import CATALOGUE
 
 
 def envelope_problems(status: int, body: bytes) -> list[str]:

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import ConfigDict, Field
 
-from sdk.protocol.common import (
+from eos_protocol.common import (
     IdString,
     PartitionIndex,
     ProducerEpoch,
@@ -16,7 +16,7 @@ from sdk.protocol.common import (
     WireModel,
     examples,
 )
-from sdk.protocol.states import TransactionState
+from eos_protocol.states import TransactionState
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from sdk.protocol.errors import InvalidRequestError
+from eos_protocol.errors import InvalidRequestError
 
 #: The dot segments no encoding can carry through URL normalisation.
 DOT_SEGMENTS = frozenset({".", ".."})

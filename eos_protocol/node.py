@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import ConfigDict, Field
 
-from sdk.protocol.common import (
+from eos_protocol.common import (
     IdString,
     Offset,
     PartitionIndex,

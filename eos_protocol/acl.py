@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from sdk.protocol.common import MAX_ID_LENGTH, WireModel, examples
+from eos_protocol.common import MAX_ID_LENGTH, WireModel, examples
 
 #: The name of the one cluster resource (Kafka's ``kafka-cluster``).
 CLUSTER_RESOURCE = "cluster"

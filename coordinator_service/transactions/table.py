@@ -1,9 +1,9 @@
-"""Transaction states of the coordinator and their transition table (docs/design.md §3).
+"""The coordinator's transition table (docs/design.md §3) as pure functions.
 
-Kafka's ``TransactionState`` is the model: every state has a stable id (the value stored in
-the database), the set of states it may be entered from and whether an idle transactional
-id in that state may expire. ``decide`` is the whole table of §3 as a pure function, so the
-coordinator, its tests and any reader share one definition of what is legal.
+``decide`` is the whole table: for a transactional id's state and what happens to it
+(add, commit, abort, init, timeout), the kind of answer and the state that follows. The
+lifecycle and its tests share this one definition of what is legal; ``can_transition``
+is the looser check every write of a record obeys (Kafka's ``validPreviousStates``).
 """
 
 from __future__ import annotations
@@ -11,71 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-
-class TransactionState(StrEnum):
-    """A transactional id's state. The value is what the wire and the database carry."""
-
-    EMPTY = "Empty"
-    ONGOING = "Ongoing"
-    PREPARE_COMMIT = "PrepareCommit"
-    PREPARE_ABORT = "PrepareAbort"
-    COMPLETE_COMMIT = "CompleteCommit"
-    COMPLETE_ABORT = "CompleteAbort"
-    PREPARE_EPOCH_FENCE = "PrepareEpochFence"
-    DEAD = "Dead"
-
-    @property
-    def stored_id(self) -> int:
-        """The stable small integer kept in the transaction log."""
-        return _STORED_IDS[self]
-
-    @property
-    def valid_previous_states(self) -> frozenset[TransactionState]:
-        return _VALID_PREVIOUS[self]
-
-    @property
-    def expiration_allowed(self) -> bool:
-        """Whether an idle transactional id in this state may be removed."""
-        return self in (
-            TransactionState.EMPTY,
-            TransactionState.COMPLETE_COMMIT,
-            TransactionState.COMPLETE_ABORT,
-        )
-
-    @property
-    def is_prepare(self) -> bool:
-        return self in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
-
-    @property
-    def is_complete(self) -> bool:
-        return self in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT)
-
-    @property
-    def accepts_new_transaction(self) -> bool:
-        """States from which the next add-partitions starts a transaction."""
-        return self is TransactionState.EMPTY or self.is_complete
-
-    def can_transition_to(self, target: TransactionState) -> bool:
-        return self in target.valid_previous_states
-
-    @classmethod
-    def from_stored_id(cls, stored: int) -> TransactionState:
-        return _FROM_STORED[stored]
-
+from eos_protocol.states import TransactionState
 
 S = TransactionState
-
-_STORED_IDS: dict[TransactionState, int] = {
-    S.EMPTY: 0,
-    S.ONGOING: 1,
-    S.PREPARE_COMMIT: 2,
-    S.PREPARE_ABORT: 3,
-    S.COMPLETE_COMMIT: 4,
-    S.COMPLETE_ABORT: 5,
-    S.DEAD: 6,
-    S.PREPARE_EPOCH_FENCE: 7,
-}
-_FROM_STORED = {v: k for k, v in _STORED_IDS.items()}
 
 _VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
@@ -87,6 +25,21 @@ _VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
     S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
 }
+
+
+def can_transition(source: TransactionState, target: TransactionState) -> bool:
+    """Whether a record in ``source`` may be followed by one in ``target``."""
+    return source in _VALID_PREVIOUS[target]
+
+
+def may_expire(state: TransactionState) -> bool:
+    """Whether an idle transactional id in this state may be removed."""
+    return state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+
+
+def starts_new_transaction(state: TransactionState) -> bool:
+    """Whether the next add-partitions in this state opens a new transaction."""
+    return state is S.EMPTY or state.is_complete
 
 
 class TxnEvent(StrEnum):
@@ -138,7 +91,7 @@ def decide(state: TransactionState, event: TxnEvent, *, last_decision_matches: b
             return Decision(Outcome.FENCE_AND_ABORT, S.PREPARE_ABORT)
         return Decision(Outcome.IGNORE)
     if event is TxnEvent.ADD:
-        if state.accepts_new_transaction:
+        if starts_new_transaction(state):
             return Decision(Outcome.TRANSITION, S.ONGOING)
         if state is S.ONGOING:
             return Decision(Outcome.STAY, S.ONGOING)
