@@ -20,12 +20,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import orjson
 
-from bench.harness import TOKEN, Conn, HttpError, Server, call, free_port
-from bench.load import LoadResult, Step, drive
+from eos_bench.harness import TOKEN, Conn, HttpError, Server, call, free_port
+from eos_bench.load import LoadResult, Step, drive
 from eos_security.tokens import new_token, token_entry
 
 CLIENTS = 8
@@ -124,7 +122,7 @@ async def run_mode(name: str, seconds: float, tmp: Path) -> Mode:
 
 async def noop_limit(seconds: float, tmp: Path) -> LoadResult:
     port = free_port()
-    argv = [sys.executable, str(Path(__file__).parent / "noop_server.py"), "--port", str(port)]
+    argv = [sys.executable, "-m", "eos_bench.noop_server", "--port", str(port)]
     server = Server(argv, port, tmp / "noop.log")
     server.start()
 

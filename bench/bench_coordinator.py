@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -33,11 +32,8 @@ import orjson
 import psycopg
 import uvloop
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.harness import CLK_TCK, Conn, cpu_seconds  # noqa: E402
-from tests.support.processes import ServiceProcess, free_port  # noqa: E402
+from eos_bench.harness import CLK_TCK, Conn, cpu_seconds
+from tests.support.processes import ServiceProcess, free_port
 
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 TOKEN = "bench-internal-token-0123456789abcdef"

@@ -35,19 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import orjson
+import uvloop
 
-import orjson  # noqa: E402
-import uvloop  # noqa: E402
-
-from bench.fsync_limit import (  # noqa: E402
+from eos_bench.fsync_limit import (
     FsyncResult,
     raw_fsync_group,
     raw_fsync_single,
     sample_frame,
 )
-from bench.harness import (  # noqa: E402
+from eos_bench.harness import (
     TOKEN,
     Conn,
     HttpError,
@@ -56,9 +53,9 @@ from bench.harness import (  # noqa: E402
     free_port,
     metric,
 )
-from bench.load import LoadResult, Step, drive  # noqa: E402
-from partition_service.log.engine import PartitionEngine  # noqa: E402
-from partition_service.log.log import LogConfig  # noqa: E402
+from eos_bench.load import LoadResult, Step, drive
+from partition_service.log.engine import PartitionEngine
+from partition_service.log.log import LogConfig
 
 RECORDS_PER_BATCH = 1000
 VALUE_BYTES = 100
@@ -116,7 +113,7 @@ def node(data_dir: Path, port: int) -> Server:
 
 
 def noop_server(port: int, tmp: Path) -> Server:
-    argv = [sys.executable, str(ROOT / "bench" / "noop_server.py"), "--port", str(port)]
+    argv = [sys.executable, "-m", "eos_bench.noop_server", "--port", str(port)]
     argv += ["--fetch-records", str(FETCH_MAX_RECORDS)]
     return Server(argv, port, tmp / "noop.log")
 

@@ -35,13 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import httpx
+import orjson
 
-import httpx  # noqa: E402
-import orjson  # noqa: E402
-
-from sdk import (  # noqa: E402
+from sdk import (
     AsyncProducer,
     AsyncTransactionalProducer,
     Producer,
@@ -111,8 +108,8 @@ class Cluster:
         ]
         log = open(self.dir / "services.log", "ab")  # noqa: SIM115 - owned by the children
         self.procs = [
-            subprocess.Popen(node_args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT),
-            subprocess.Popen(coord_args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT),
+            subprocess.Popen(node_args, stdout=log, stderr=subprocess.STDOUT),
+            subprocess.Popen(coord_args, stdout=log, stderr=subprocess.STDOUT),
         ]
         for url in (node_url, self.url):
             self._wait_ready(url)

@@ -26,13 +26,10 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.harness import Server, free_port  # noqa: E402
-from sdk import AdminClient, Producer  # noqa: E402
-from spark_jobs.eos_pipeline import PipelineConfig, build_session, run_pipeline  # noqa: E402
-from spark_jobs.transforms import copy_to  # noqa: E402
+from eos_bench.harness import Server, free_port
+from sdk import AdminClient, Producer
+from spark_jobs.eos_pipeline import PipelineConfig, build_session, run_pipeline
+from spark_jobs.transforms import copy_to
 
 TOKEN = "bench-internal-token-0123456789abcdef"
 PARTITIONS = 2

@@ -20,7 +20,6 @@ from typing import Any
 
 import orjson
 
-ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-internal-token-0123456789abcdef"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -147,7 +146,7 @@ class Server:
         """Start and wait until ready; returns seconds from the start of the process."""
         with self.log.open("ab") as log:
             started = time.monotonic()
-            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log, cwd=ROOT)
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=log)
         try:
             return wait_ready(self.proc, self.port, started)
         except RuntimeError as exc:

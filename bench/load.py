@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from bench.harness import Conn, cpu_seconds
+from eos_bench.harness import Conn, cpu_seconds
 
 
 @dataclass

@@ -16,10 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import orjson
 import uvicorn

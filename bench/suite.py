@@ -141,7 +141,7 @@ def _device_of(path: str) -> str:
 
 def ratios(res: dict[str, Any]) -> dict[str, Any]:
     """Each product figure over its limit."""
-    from bench.suite_node import node_ratios
+    from eos_bench.suite_node import node_ratios
 
     out: dict[str, Any] = {}
     if "node" in res:
@@ -180,9 +180,9 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
 async def run_suite(
     plan: SuitePlan, progress: Callable[[str], None], parts: tuple[str, ...] = PARTS
 ) -> dict[str, Any]:
-    from bench.suite_clients import run_sdk, run_spark
-    from bench.suite_coord import failover, run_coordinator
-    from bench.suite_node import run_node
+    from eos_bench.suite_clients import run_sdk, run_spark
+    from eos_bench.suite_coord import failover, run_coordinator
+    from eos_bench.suite_node import run_node
 
     began = time.monotonic()
     res: dict[str, Any] = {"mode": "quick" if plan.quick else "full", "machine": machine(),
@@ -201,7 +201,7 @@ async def run_suite(
                     progress("failover: SIGKILL the lease owner")
                     res["failover"] = await asyncio.to_thread(failover, plan.lease_ms)
                 elif part == "auth":
-                    from bench.bench_auth import main_async as run_auth
+                    from eos_bench.bench_auth import main_async as run_auth
 
                     progress("auth: produce and fetch with auth off, then on")
                     res["auth"] = await run_auth(plan.fetch_s, 1 if plan.quick else 3)
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvloop
 
-    from bench.suite_report import emit
+    from eos_bench.suite_report import emit
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")

@@ -21,9 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.bench_sdk import Cluster, Result, run_async, run_raw, run_sync
-
-ROOT = Path(__file__).resolve().parent.parent
+from eos_bench.bench_sdk import Cluster, Result, run_async, run_raw, run_sync
 
 
 def result_json(r: Result, base: Result | None) -> dict[str, Any]:
@@ -98,8 +96,7 @@ def run_sdk(plan: Any, progress: Any) -> dict[str, Any]:
 SPARK_SCRIPT = """
 import sys, json, shutil, tempfile
 from pathlib import Path
-sys.path.insert(0, {root!r})
-from bench.bench_spark import start_services, fill, copy
+from eos_bench.bench_spark import start_services, fill, copy
 from sdk import AdminClient
 from spark_jobs.eos_pipeline import build_session
 
@@ -143,11 +140,11 @@ def run_spark(plan: Any, progress: Any) -> dict[str, Any]:
 
     progress(f"spark: pipeline over {', '.join(f'{n:,}' for n in plan.spark_sizes)} records")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    script = SPARK_SCRIPT.format(root=str(ROOT), sizes=list(plan.spark_sizes))
+    script = SPARK_SCRIPT.format(sizes=list(plan.spark_sizes))
     work = Path(tempfile.mkdtemp(prefix="eos-bench-spark-run-"))
     try:
         done = subprocess.run(
-            [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True,
             timeout=3600,
         )
     finally:

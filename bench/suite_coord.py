@@ -27,7 +27,7 @@ import httpx
 import orjson
 import psycopg
 
-from bench.bench_coordinator import (
+from eos_bench.bench_coordinator import (
     PG,
     admin,
     machine_busy_seconds,
@@ -35,7 +35,7 @@ from bench.bench_coordinator import (
     pg_limit,
     pg_stats,
 )
-from bench.harness import TOKEN, Conn, HttpError, cpu_seconds, free_port
+from eos_bench.harness import TOKEN, Conn, HttpError, cpu_seconds, free_port
 from sdk import AsyncTransactionalProducer
 from tests.support.processes import ServiceProcess
 
@@ -463,7 +463,7 @@ async def run_coordinator(plan: Any, progress: Any) -> dict[str, Any]:
 if __name__ == "__main__":  # pragma: no cover - a manual check of this part alone
     import uvloop
 
-    from bench.suite import QUICK
+    from eos_bench.suite import QUICK
 
     sys.stdout.write(
         orjson.dumps(

@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bench import bench_node
-from bench.bench_node import (
+from eos_bench import bench_node
+from eos_bench.bench_node import (
     CLIENTS,
     FULL,
     QUICK,
@@ -31,9 +31,9 @@ from bench.bench_node import (
     make_values,
     node,
 )
-from bench.fsync_limit import FsyncResult, raw_fsync_group, raw_fsync_single, sample_frame
-from bench.harness import free_port
-from bench.load import LoadResult
+from eos_bench.fsync_limit import FsyncResult, raw_fsync_group, raw_fsync_single, sample_frame
+from eos_bench.harness import free_port
+from eos_bench.load import LoadResult
 
 
 def load_json(lr: LoadResult) -> dict[str, Any]:

@@ -14,11 +14,11 @@ from typing import Any, TextIO
 
 import orjson
 
-from bench.suite_clients import sdk_rows
+from eos_bench.suite_clients import sdk_rows
 
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = ROOT / "docs" / "benchmarks.md"
-PLOTS = ROOT / "docs" / "benchmarks"
+# ``--docs`` rewrites the page of the source tree it is run from (the current directory).
+DOCS = Path("docs") / "benchmarks.md"
+PLOTS = Path("docs") / "benchmarks"
 WIDTH = 104
 
 

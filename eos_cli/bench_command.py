@@ -1,27 +1,18 @@
 """``eos bench``: every benchmark of the product against the limits of the machine.
 
-The benchmark code lives in ``bench/`` at the root of the source tree (it starts the
-services as processes, PostgreSQL databases, Spark); this module only registers the
-command and hands over to ``bench.suite``.
+The benchmark code lives in ``bench/`` of the source tree and is installed with the
+product as ``eos_bench`` (it starts the services as processes, PostgreSQL databases,
+Spark); this module only registers the command and hands over to ``eos_bench.suite``.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from pathlib import Path
 
 import typer
 
-ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("node", "coordinator", "failover", "auth", "sdk", "spark")
-
-
-def _bench_on_path() -> None:
-    if not (ROOT / "bench" / "suite.py").exists():
-        raise typer.BadParameter("eos bench needs the source tree (bench/ next to eos_cli/)")
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
 
 
 def bench(
@@ -42,14 +33,17 @@ def bench(
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         raise typer.BadParameter(f"unknown parts: {', '.join(unknown)}", param_hint="--only")
-    _bench_on_path()
+    if docs and not Path("docs", "benchmarks.md").exists():
+        raise typer.BadParameter(
+            "--docs rewrites docs/benchmarks.md: run it from the root of the source tree",
+            param_hint="--docs",
+        )
     argv = ["--only", ",".join(parts)]
     argv += ["--quick"] if quick else []
     argv += ["--json"] if json_out else []
     argv += ["--docs"] if docs else []
-    # Imported by name: bench/ is not a package of the distribution (and not type-checked
-    # with it).
-    suite = importlib.import_module("bench.suite")
+    # Imported by name: eos_bench is not type-checked with the product.
+    suite = importlib.import_module("eos_bench.suite")
     suite.main(argv)
 
 
