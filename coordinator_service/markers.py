@@ -54,6 +54,7 @@ from eos_protocol.common import (
     MAX_PARTITIONS_PER_TOPIC,
     ErrorEnvelope,
     TopicPartition,
+    read_answer_json,
     topic_name_problem,
 )
 from eos_protocol.errors import CATALOGUE
@@ -86,7 +87,7 @@ def unaddressable(tp: TopicPartitionKey) -> str | None:
 
 def refusal_reason(status: int, content: bytes) -> str:
     try:
-        error = ErrorEnvelope.model_validate_json(content).error
+        error = read_answer_json(ErrorEnvelope, content).error
     except ValueError:
         return f"HTTP {status}: {content[:200].decode(errors='replace')}"
     return f"{error.code} (HTTP {status}): {error.message}"
@@ -332,7 +333,7 @@ class MarkerChannel:
                         content[:200].decode(errors="replace"))
             raise NodeBusy(f"node {node} answered {status}")
         try:
-            answer = WriteMarkersResponse.model_validate_json(content)
+            answer = read_answer_json(WriteMarkersResponse, content)
         except ValidationError as exc:
             log.warning("node %d answered markers with an unreadable body: %s", node, exc)
             raise NodeBusy(f"node {node} answered an unreadable body") from exc

@@ -42,7 +42,7 @@ from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import cluster, coordinator_instances, topic_partitions, topics
 from coordinator_service.metrics import CoordinatorMetrics
-from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, ErrorEnvelope
+from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, ErrorEnvelope, read_answer_json
 from eos_protocol.coordinator import NodeInfo, PartitionInfo, TopicInfo
 from eos_protocol.errors import (
     InvalidRequestError,
@@ -96,7 +96,7 @@ def judge(status: int, content: bytes) -> Attempt:
     if status < 400 or status >= 500 or status in _AWAY_STATUSES:
         return Attempt(away=f"HTTP {status}")
     try:
-        error = ErrorEnvelope.model_validate_json(content).error
+        error = read_answer_json(ErrorEnvelope, content).error
     except ValueError:
         return Attempt(away=f"HTTP {status} without the error envelope")
     return Attempt(refusal=f"{error.code} (HTTP {status}): {error.message}")

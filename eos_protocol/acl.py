@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from eos_protocol.common import MAX_ID_LENGTH, WireModel, examples
+from eos_protocol.common import MAX_ID_LENGTH, AnswerModel, WireModel, examples
 
 #: The name of the one cluster resource (Kafka's ``kafka-cluster``).
 CLUSTER_RESOURCE = "cluster"
@@ -155,15 +155,15 @@ class DeleteAclsRequest(WireModel):
     )
 
 
-class AclsResponse(WireModel):
+class AclsResponse(AnswerModel):
     acls: list[AclBinding]
 
 
-class DeleteAclsResponse(WireModel):
+class DeleteAclsResponse(AnswerModel):
     deleted: list[AclBinding]
 
 
-class AclSnapshot(WireModel):
+class AclSnapshot(AnswerModel):
     """What storage nodes cache (``GET /internal/v1/acls``): every rule and the super users."""
 
     super_users: list[Principal]

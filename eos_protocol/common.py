@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
@@ -52,17 +52,42 @@ IdString = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
 
 
 class WireModel(BaseModel):
-    """Base of every wire model: unknown fields are refused so typos fail loudly."""
+    """Base of every model a request carries: unknown fields are refused, so a typo in a
+    request fails loudly instead of being dropped. Models that answers carry too
+    (``TopicPartition``, ``AclBinding``) are read leniently by ``read_answer``."""
 
     model_config = ConfigDict(extra="forbid")
 
 
+class AnswerModel(WireModel):
+    """Base of every model only answers carry: unknown fields are ignored, so a service
+    may add a field to an answer without breaking a deployed client (Kafka's tagged
+    fields serve the same end)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def read_answer(model: type[ModelT], body: object) -> ModelT:
+    """An answer's body as ``model``, ignoring fields this version does not know, at
+    every depth: the one way clients and services read each other's answers."""
+    return model.model_validate(body, extra="ignore")
+
+
+def read_answer_json(model: type[ModelT], content: bytes | str) -> ModelT:
+    """``read_answer`` straight from the JSON bytes (no intermediate dicts)."""
+    return model.model_validate_json(content, extra="ignore")
+
+
 def examples(*items: JsonDict) -> ConfigDict:
-    """A wire model's config with examples for its OpenAPI schema."""
-    return ConfigDict(extra="forbid", json_schema_extra={"examples": list(items)})
+    """A model config with examples for the OpenAPI schema (the base class keeps its
+    own ``extra`` rule: pydantic merges the two)."""
+    return ConfigDict(json_schema_extra={"examples": list(items)})
 
 
-class ValidationProblem(WireModel):
+class ValidationProblem(AnswerModel):
     """One problem found by schema validation (a 422 answer)."""
 
     loc: list[str] = Field(description="Where the problem is.", examples=[["body", "records"]])
@@ -87,7 +112,7 @@ class ErrorDetails(BaseModel):
     )
 
 
-class ErrorBody(WireModel):
+class ErrorBody(AnswerModel):
     code: str = Field(
         description="A code of the error catalogue (docs/design.md §4).",
         examples=["PRODUCER_FENCED"],
@@ -100,7 +125,7 @@ class ErrorBody(WireModel):
     details: ErrorDetails | None = None
 
 
-class ErrorEnvelope(WireModel):
+class ErrorEnvelope(AnswerModel):
     """Every error answer of every endpoint: ``{"error": {"code", "message", "retriable"}}``."""
 
     error: ErrorBody
@@ -115,5 +140,5 @@ class Empty(WireModel):
     """An empty JSON object: ``{}``."""
 
 
-class Health(WireModel):
+class Health(AnswerModel):
     status: str = Field(examples=["ok"])

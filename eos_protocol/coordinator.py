@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import ConfigDict, Field
 
 from eos_protocol.common import (
+    AnswerModel,
     IdString,
     PartitionIndex,
     ProducerEpoch,
@@ -27,12 +28,12 @@ class KeyType(StrEnum):
     GROUP = "group"
 
 
-class NodeInfo(WireModel):
+class NodeInfo(AnswerModel):
     node_id: int
     url: str
 
 
-class PartitionInfo(WireModel):
+class PartitionInfo(AnswerModel):
     partition: int
     leader: NodeInfo
     created_on_node: bool = Field(
@@ -46,7 +47,7 @@ class PartitionInfo(WireModel):
     )
 
 
-class TopicInfo(WireModel):
+class TopicInfo(AnswerModel):
     """A topic and the storage node leading each partition."""
 
     model_config = examples(
@@ -62,7 +63,7 @@ class TopicInfo(WireModel):
     partitions: list[PartitionInfo]
 
 
-class MetadataResponse(WireModel):
+class MetadataResponse(AnswerModel):
     """The cluster: its storage nodes and every topic with its partition leaders."""
 
     model_config = examples(
@@ -91,7 +92,7 @@ class MetadataResponse(WireModel):
     topics: list[TopicInfo]
 
 
-class LiveCoordinators(WireModel):
+class LiveCoordinators(AnswerModel):
     """The coordinator instances heard from within the lease time (storage nodes ask)."""
 
     model_config = examples(
@@ -110,14 +111,14 @@ class CreateTopicRequest(WireModel):
     """A new topic and its partition count."""
 
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"name": "orders", "partitions": 3}]}
+        json_schema_extra={"examples": [{"name": "orders", "partitions": 3}]}
     )
 
     name: TopicName
     partitions: int = Field(ge=1, le=1000, examples=[3])
 
 
-class FindCoordinatorResponse(WireModel):
+class FindCoordinatorResponse(AnswerModel):
     """Where to send a transactional id's (or a group's) calls."""
 
     model_config = examples(
@@ -135,11 +136,11 @@ class FindCoordinatorResponse(WireModel):
     url: str
 
 
-class ProducerIdResponse(WireModel):
+class ProducerIdResponse(AnswerModel):
     """A producer id and its current epoch."""
 
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"producer_id": 1000, "producer_epoch": 0}]}
+        json_schema_extra={"examples": [{"producer_id": 1000, "producer_epoch": 0}]}
     )
 
     producer_id: int
@@ -150,7 +151,7 @@ class InitTransactionsRequest(WireModel):
     """InitProducerId for a transactional id; the producer fields only for KIP-360."""
 
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"transaction_timeout_ms": 60000}]}
+        json_schema_extra={"examples": [{"transaction_timeout_ms": 60000}]}
     )
 
     transaction_timeout_ms: int = Field(default=DEFAULT_TRANSACTION_TIMEOUT_MS, examples=[60000])
@@ -162,7 +163,6 @@ class AddPartitionsRequest(WireModel):
     """Partitions the transaction will write to."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {
@@ -179,17 +179,16 @@ class AddPartitionsRequest(WireModel):
     partitions: list[TopicPartition] = Field(min_length=1)
 
 
-class PartitionResult(WireModel):
+class PartitionResult(AnswerModel):
     topic: str
     partition: int
     error: str | None
 
 
-class AddPartitionsResponse(WireModel):
+class AddPartitionsResponse(AnswerModel):
     """One result per partition asked for."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [{"partitions": [{"topic": "orders", "partition": 0, "error": None}]}]
         },
@@ -202,7 +201,6 @@ class AddOffsetsRequest(WireModel):
     """The consumer group whose offsets the transaction will commit."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [{"producer_id": 1000, "producer_epoch": 0, "group_id": "order-enricher"}]
         },
@@ -217,7 +215,6 @@ class EndTransactionRequest(WireModel):
     """Commit or abort of the producer's open transaction."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [{"producer_id": 1000, "producer_epoch": 0, "wait_for_markers": False}]
         },
@@ -228,11 +225,10 @@ class EndTransactionRequest(WireModel):
     wait_for_markers: bool = False
 
 
-class EndTransactionResponse(WireModel):
+class EndTransactionResponse(AnswerModel):
     """The transaction's state once the decision is durable."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [{"transactional_id": "orders-app-1", "state": "PrepareCommit"}]
         },
@@ -242,7 +238,7 @@ class EndTransactionResponse(WireModel):
     state: TransactionState
 
 
-class TransactionDescription(WireModel):
+class TransactionDescription(AnswerModel):
     """A transactional id's state (DescribeTransactions)."""
 
     model_config = examples(
@@ -272,14 +268,14 @@ class TransactionDescription(WireModel):
     coordinator_epoch: int
 
 
-class TransactionListing(WireModel):
+class TransactionListing(AnswerModel):
     transactional_id: str
     producer_id: int
     state: TransactionState
     duration_ms: int | None
 
 
-class ListTransactionsResponse(WireModel):
+class ListTransactionsResponse(AnswerModel):
     """Transactional ids and their states (ListTransactions)."""
 
     model_config = examples(
@@ -298,7 +294,7 @@ class ListTransactionsResponse(WireModel):
     transactions: list[TransactionListing]
 
 
-class ProducerTransactionView(WireModel):
+class ProducerTransactionView(AnswerModel):
     """Internal: what a storage node asks before it opens a transaction on a partition
     (KIP-890 verification). ``partitions`` are those added to the current transaction."""
 

@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import ConfigDict, Field
 
 from eos_protocol.common import (
+    AnswerModel,
     IdString,
     Offset,
     PartitionIndex,
@@ -46,7 +47,6 @@ class ProduceRequest(WireModel):
     makes it part of the producer's open transaction."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {
@@ -68,11 +68,10 @@ class ProduceRequest(WireModel):
     records: list[RecordIn]
 
 
-class ProduceResponse(WireModel):
+class ProduceResponse(AnswerModel):
     """Offsets of the batch (the first ones it got, when ``duplicate``)."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {
@@ -91,7 +90,7 @@ class ProduceResponse(WireModel):
     log_append_time_ms: int
 
 
-class FetchedRecord(WireModel):
+class FetchedRecord(AnswerModel):
     offset: int
     key: str | None
     value: str | None
@@ -100,11 +99,10 @@ class FetchedRecord(WireModel):
     encoding: Encoding = Encoding.UTF8
 
 
-class FetchResponse(WireModel):
+class FetchResponse(AnswerModel):
     """Records from the asked offset on; control records are never returned."""
 
     model_config = ConfigDict(
-        extra="forbid",
         json_schema_extra={
             "examples": [
                 {
@@ -134,7 +132,7 @@ class FetchResponse(WireModel):
     log_start_offset: int
 
 
-class PartitionOffsets(WireModel):
+class PartitionOffsets(AnswerModel):
     """A partition's log start, high watermark and last stable offset."""
 
     model_config = examples({"log_start_offset": 0, "high_watermark": 5, "last_stable_offset": 5})
@@ -144,7 +142,7 @@ class PartitionOffsets(WireModel):
     last_stable_offset: int
 
 
-class ProducerDescription(WireModel):
+class ProducerDescription(AnswerModel):
     producer_id: int
     producer_epoch: int
     last_sequence: int
@@ -153,7 +151,7 @@ class ProducerDescription(WireModel):
     last_timestamp_ms: int
 
 
-class DescribeProducersResponse(WireModel):
+class DescribeProducersResponse(AnswerModel):
     """Producers with state on a partition (DescribeProducers)."""
 
     model_config = examples(
@@ -209,18 +207,18 @@ class TxnOffsetCommitRequest(WireModel):
     offsets: list[OffsetCommitEntry] = Field(min_length=1)
 
 
-class OffsetCommitResponse(WireModel):
+class OffsetCommitResponse(AnswerModel):
     offsets: list[OffsetCommitEntry]
 
 
-class CommittedOffset(WireModel):
+class CommittedOffset(AnswerModel):
     topic: str
     partition: int
     offset: int
     metadata: str | None
 
 
-class GroupOffsetsResponse(WireModel):
+class GroupOffsetsResponse(AnswerModel):
     """A group's committed offsets."""
 
     model_config = examples(
@@ -258,24 +256,24 @@ class WriteMarkersRequest(WireModel):
     markers: list[Marker] = Field(min_length=1)
 
 
-class MarkerPartitionResult(WireModel):
+class MarkerPartitionResult(AnswerModel):
     producer_id: int
     topic: str
     partition: int
     error: str | None = Field(description="An error code of the catalogue, or null.")
 
 
-class WriteMarkersResponse(WireModel):
+class WriteMarkersResponse(AnswerModel):
     results: list[MarkerPartitionResult]
 
 
-class CreatePartitionResponse(WireModel):
+class CreatePartitionResponse(AnswerModel):
     topic: str
     partition: int
     created: bool = Field(description="False when the partition existed already.")
 
 
-class PartitionSummary(WireModel):
+class PartitionSummary(AnswerModel):
     topic: str
     partition: int
     log_start_offset: int
@@ -283,7 +281,7 @@ class PartitionSummary(WireModel):
     last_stable_offset: int
 
 
-class ListPartitionsResponse(WireModel):
+class ListPartitionsResponse(AnswerModel):
     node_id: int
     partitions: list[PartitionSummary]
 

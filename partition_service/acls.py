@@ -19,6 +19,7 @@ import time
 from pydantic import ValidationError
 
 from eos_protocol.acl import AclSnapshot
+from eos_protocol.common import read_answer_json
 from eos_protocol.errors import CoordinatorNotAvailableError
 from eos_security.authorizer import Authorizer
 from partition_service.coordinators import CoordinatorPool
@@ -47,7 +48,7 @@ class AclFetcher:
                     f"coordinator answered {status} for the access rules"
                 )
             try:
-                snapshot = AclSnapshot.model_validate_json(content)
+                snapshot = read_answer_json(AclSnapshot, content)
             except ValidationError as exc:
                 raise CoordinatorNotAvailableError(f"bad access rules: {exc}") from exc
             self.authorizer.replace(snapshot.acls, snapshot.super_users, as_of=started)

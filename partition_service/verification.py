@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from eos_protocol.common import TopicPartition
+from eos_protocol.common import TopicPartition, read_answer_json
 from eos_protocol.coordinator import ProducerTransactionView
 from eos_protocol.errors import (
     CoordinatorNotAvailableError,
@@ -74,7 +74,7 @@ class CoordinatorVerifier:
             raise CoordinatorNotAvailableError(
                 f"coordinator answered {status} to the verification"
             )
-        view = ProducerTransactionView.model_validate_json(content)
+        view = read_answer_json(ProducerTransactionView, content)
         if view.producer_epoch > producer_epoch:
             raise ProducerFencedError(
                 f"producer {producer_id} epoch {producer_epoch} was fenced by epoch "

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eos_protocol.common import read_answer
 from eos_protocol.coordinator import AddPartitionsResponse, ProducerIdResponse
 from eos_protocol.errors import error_for
 from eos_protocol.node import DescribeProducersResponse, ProduceResponse
@@ -142,7 +143,7 @@ class TransactionSession(_Client):
             Req.INIT_TRANSACTIONS, "init",
             {"transaction_timeout_ms": self.transaction_timeout_ms},
         )
-        answer = ProducerIdResponse.model_validate(body)
+        answer = read_answer(ProducerIdResponse, body)
         self.identity = ProducerIdentity(answer.producer_id, answer.producer_epoch)
         return self.identity
 
@@ -157,7 +158,7 @@ class TransactionSession(_Client):
                 "partitions": [{"topic": t, "partition": p} for t, p in sorted(partitions)],
             },
         )
-        for result in AddPartitionsResponse.model_validate(body).partitions:
+        for result in read_answer(AddPartitionsResponse, body).partitions:
             if result.error:
                 raise error_for(result.error, f"adding {result.topic}-{result.partition} failed")
 
@@ -217,7 +218,7 @@ class SequencedPartitionWriter(_Client):
             base=lambda: self.leader(tp), timeout_s=CALL_TIMEOUT_S,
             invalidate=lambda _exc: self.metadata.invalidate_topic(tp.topic),
         )
-        for entry in DescribeProducersResponse.model_validate(body).producers:
+        for entry in read_answer(DescribeProducersResponse, body).producers:
             if entry.producer_id == self.identity.producer_id:
                 if entry.producer_epoch != self.identity.producer_epoch:
                     return NO_SEQUENCE
@@ -244,7 +245,7 @@ class SequencedPartitionWriter(_Client):
             attempt += 1
             try:
                 answer = self.http.send_once("POST", self.leader(tp) + records_path(tp), json=body)
-                return ProduceResponse.model_validate(answer)
+                return read_answer(ProduceResponse, answer)
             except Exception as exc:
                 verdict = classify(POLICIES[Req.PRODUCE], exc)
                 if verdict is Verdict.FAIL or time.monotonic() >= deadline:

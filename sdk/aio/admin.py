@@ -24,6 +24,7 @@ from eos_protocol.acl import (
     DeleteAclsResponse,
     ResourceType,
 )
+from eos_protocol.common import read_answer
 from eos_protocol.coordinator import (
     FindCoordinatorResponse,
     MetadataResponse,
@@ -125,7 +126,7 @@ class AsyncAdminClient:
             if not exist_ok:
                 raise
             return await self.describe_topic(name, timeout=timeout)
-        return TopicInfo.model_validate(body)
+        return read_answer(TopicInfo, body)
 
     async def create_topics(
         self, topics: dict[str, int], *, exist_ok: bool = False, timeout: TimeoutArg = USE_DEFAULT
@@ -137,12 +138,12 @@ class AsyncAdminClient:
         ]
 
     async def describe_topic(self, name: str, *, timeout: TimeoutArg = USE_DEFAULT) -> TopicInfo:
-        return TopicInfo.model_validate(await self._get(Req.TOPIC, topic_path(name), timeout))
+        return read_answer(TopicInfo, await self._get(Req.TOPIC, topic_path(name), timeout))
 
     async def describe_cluster(self, *, timeout: TimeoutArg = USE_DEFAULT) -> MetadataResponse:
         """The cluster id, the storage nodes and every topic with its partitions' leaders."""
         body = await self._get(Req.METADATA, "/v1/metadata", timeout)
-        return MetadataResponse.model_validate(body)
+        return read_answer(MetadataResponse, body)
 
     async def find_coordinator(
         self, key: str, key_type: str = "transaction", *, timeout: TimeoutArg = USE_DEFAULT
@@ -154,7 +155,7 @@ class AsyncAdminClient:
             timeout,
             params=find_coordinator_params(key, key_type),
         )
-        return FindCoordinatorResponse.model_validate(body)
+        return read_answer(FindCoordinatorResponse, body)
 
     async def list_offsets(
         self, partition: TopicPartition | tuple[str, int], *, timeout: TimeoutArg = USE_DEFAULT
@@ -169,7 +170,7 @@ class AsyncAdminClient:
             base=lambda: self._const(url),
             timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
         )
-        return PartitionOffsets.model_validate(body)
+        return read_answer(PartitionOffsets, body)
 
     # --- transactions (KIP-664) ----------------------------------------------------------
 
@@ -188,14 +189,14 @@ class AsyncAdminClient:
         if min_duration_ms is not None:
             params["min_duration_ms"] = min_duration_ms
         body = await self._get(Req.LIST_TRANSACTIONS, "/v1/transactions", timeout, params)
-        return [TransactionListing.model_validate(t) for t in body["transactions"]]
+        return [read_answer(TransactionListing, t) for t in body["transactions"]]
 
     async def describe_transaction(
         self, transactional_id: str, *, timeout: TimeoutArg = USE_DEFAULT
     ) -> TransactionDescription:
         path = f"/v1/transactions/{segment(transactional_id)}"
         body = await self._get(Req.DESCRIBE_TRANSACTION, path, timeout)
-        return TransactionDescription.model_validate(body)
+        return read_answer(TransactionDescription, body)
 
     async def describe_producers(
         self, partition: TopicPartition | tuple[str, int], *, timeout: TimeoutArg = USE_DEFAULT
@@ -211,7 +212,7 @@ class AsyncAdminClient:
             base=lambda: self._const(url),
             timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
         )
-        return [ProducerDescription.model_validate(p) for p in body["producers"]]
+        return [read_answer(ProducerDescription, p) for p in body["producers"]]
 
     async def abort_transaction(
         self, transactional_id: str, *, timeout: TimeoutArg = USE_DEFAULT
@@ -255,7 +256,7 @@ class AsyncAdminClient:
             if value is not None
         }
         body = await self._get(Req.LIST_ACLS, "/v1/acls", timeout, params)
-        return AclsResponse.model_validate(body).acls
+        return read_answer(AclsResponse, body).acls
 
     async def create_acls(
         self, acls: list[AclBinding], *, timeout: TimeoutArg = USE_DEFAULT
@@ -283,7 +284,7 @@ class AsyncAdminClient:
             json=DeleteAclsRequest(filters=filters).model_dump(mode="json", exclude_none=True),
             timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
         )
-        return DeleteAclsResponse.model_validate(body).deleted
+        return read_answer(DeleteAclsResponse, body).deleted
 
     # --- lookups -------------------------------------------------------------------------
 
