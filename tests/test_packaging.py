@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 SERVER_MODULES = ("fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic", "psycopg")
-SERVER_DISTRIBUTIONS = ("fastapi", "uvicorn", "sqlalchemy", "alembic", "psycopg", "pydantic-settings")
+SERVER_DISTRIBUTIONS = (
+    "fastapi", "uvicorn", "sqlalchemy", "alembic", "psycopg", "pydantic-settings"
+)
 
 
 def loaded_after(statement: str) -> set[str]:
@@ -38,6 +40,7 @@ def test_every_package_of_the_tree_is_distributed() -> None:
         name for name in find_packages(str(ROOT))
         if name.split(".")[0] in prefixes
     }
+    found |= {"migrations.versions"}  # the Alembic scripts: a directory without __init__
     found |= {name.replace("bench", "eos_bench", 1)
               for name in find_packages(str(ROOT)) if name.split(".")[0] == "bench"}
     assert declared == found
@@ -102,3 +105,17 @@ def test_eos_bench_runs_from_an_installed_wheel(tmp_path: Path) -> None:
     )
     assert helped.returncode == 0, helped.stderr
     assert "--only" in helped.stdout
+
+
+@pytest.mark.unit
+def test_the_eos_command_without_the_server_extra_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from eos_cli import entry
+
+    monkeypatch.delitem(sys.modules, "eos_cli.main", raising=False)
+    monkeypatch.setitem(sys.modules, "typer", None)  # what an SDK-only install looks like
+    with pytest.raises(SystemExit) as exited:
+        entry.main()
+    assert exited.value.code == 2
+    assert "pip install 'eos[server]'" in capsys.readouterr().err
