@@ -201,7 +201,8 @@ class LeaseManager:
             .order_by(leases.c.log_partition)
         ).all()
         taken: list[tuple[int, int]] = []
-        for p, epoch in free:
+        for row in free:
+            p, epoch = int(row.log_partition), int(row.coordinator_epoch)
             result = conn.execute(
                 leases.update()
                 .where(
