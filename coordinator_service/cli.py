@@ -1,52 +1,21 @@
 """Command-line entry points of the coordinator (``eos coordinator``, ``eos db upgrade``).
 
-The flags of ``eos coordinator`` are generated from ``CoordinatorSettings``, so every
-setting is a flag (``--lease-ms``) as well as an environment variable (``EOS_LEASE_MS``)
-and the two lists cannot drift apart. A flag given on the command line wins over the
-environment; one left out falls back to it, then to the default.
+The flags of ``eos coordinator`` are generated from ``CoordinatorSettings``
+(eos_server/settings_cli.py, as the node's are from its settings), so every setting is a
+flag (``--lease-ms``) as well as an environment variable (``EOS_LEASE_MS``) and the two
+lists cannot drift apart. A flag given on the command line wins over the environment; one
+left out falls back to it, then to the default.
 """
 
 from __future__ import annotations
 
-import inspect
-from pathlib import Path
 from typing import Any
 
 import typer
 
 from coordinator_service.settings import CoordinatorSettings
-from eos_server.process import serve, settings_or_exit
-
-
-def _plain_type(annotation: Any) -> Any:
-    for candidate in (str, int, bool, Path):
-        if annotation is candidate or annotation == candidate | None:
-            return candidate
-    return str
-
-
-def _settings_parameters() -> list[inspect.Parameter]:
-    params: list[inspect.Parameter] = []
-    for name, field in CoordinatorSettings.model_fields.items():
-        kind = _plain_type(field.annotation)
-        flag = "--" + name.replace("_", "-")
-        decls = [f"{flag}/--no-{name.replace('_', '-')}"] if kind is bool else [flag]
-        option = typer.Option(
-            None, *decls, help=f"{field.description or name} [env: EOS_{name.upper()}]",
-            show_default=False,
-        )
-        params.append(
-            inspect.Parameter(
-                name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind | None
-            )
-        )
-    return params
-
-
-def settings_from_flags(flags: dict[str, Any]) -> CoordinatorSettings:
-    """Settings from the environment, overridden by the flags that were given."""
-    given = {k: v for k, v in flags.items() if v is not None}
-    return settings_or_exit(CoordinatorSettings, **given)
+from eos_server.process import serve
+from eos_server.settings_cli import setting_option, settings_from_flags, with_settings_flags
 
 
 def run_coordinator(settings: CoordinatorSettings) -> None:
@@ -65,28 +34,27 @@ def run_coordinator(settings: CoordinatorSettings) -> None:
     )
 
 
+@with_settings_flags(CoordinatorSettings)
 def coordinator(**flags: Any) -> None:
     """Run a transaction coordinator (FastAPI under uvicorn)."""
-    run_coordinator(settings_from_flags(flags))
+    run_coordinator(settings_from_flags(CoordinatorSettings, flags))
 
-
-coordinator.__signature__ = inspect.Signature(_settings_parameters())  # type: ignore[attr-defined]
 
 db_app = typer.Typer(help="The coordinator's database.", no_args_is_help=True)
 
 
 @db_app.command("upgrade")
 def db_upgrade(
-    database_url: str | None = typer.Option(
-        None, "--database-url", help="SQLAlchemy URL [env: EOS_DATABASE_URL]"
-    ),
-    data_dir: Path | None = typer.Option(None, "--data-dir", help="For the SQLite default."),
-    revision: str = typer.Option("head", "--revision"),
+    database_url: str | None = setting_option(CoordinatorSettings, "database_url"),
+    data_dir: str | None = setting_option(CoordinatorSettings, "data_dir"),
+    revision: str = typer.Option("head", "--revision", help="Alembic revision to reach."),
 ) -> None:
     """Apply the Alembic migrations (``alembic upgrade head``)."""
     from coordinator_service.db.engine import make_engine, upgrade
 
-    settings = settings_from_flags({"database_url": database_url, "data_dir": data_dir})
+    settings = settings_from_flags(
+        CoordinatorSettings, {"database_url": database_url, "data_dir": data_dir}
+    )
     engine = make_engine(settings.effective_database_url, pool_size=1)
     try:
         upgrade(engine, revision)

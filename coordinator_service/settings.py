@@ -43,8 +43,8 @@ class CoordinatorSettings(SecuritySettings):
 
     model_config = SettingsConfigDict(env_prefix="EOS_", extra="ignore")
 
-    host: str = Field(default="127.0.0.1", description="Interface to listen on.")
-    port: int = Field(default=8080, description="Port to listen on.")
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=8080, ge=0, le=65535, description="Port to listen on.")
     database_url: str | None = Field(
         default=None,
         description="SQLAlchemy URL (postgresql+psycopg://...). Default: SQLite in the data dir.",
@@ -55,23 +55,68 @@ class CoordinatorSettings(SecuritySettings):
         default=None, description="URL clients use to reach this instance (NOT_COORDINATOR)."
     )
     instance_id: str = Field(
-        default_factory=lambda: uuid.uuid4().hex, description="Unique name of this instance."
+        default_factory=lambda: uuid.uuid4().hex,
+        description="Unique name of this instance (default: a random one at each start).",
     )
-    txn_log_partitions: int = Field(default=50, ge=1, le=1000)
-    group_offset_partitions: int = Field(default=50, ge=1, le=1000)
-    producer_id_block_size: int = Field(default=1000, ge=1)
-    max_transaction_timeout_ms: int = Field(default=900_000, ge=1)
-    transactional_id_expiration_ms: int = Field(default=604_800_000, ge=1)
-    expiry_scan_interval_ms: int = Field(default=10_000, ge=1)
-    lease_ms: int = Field(default=10_000, ge=100, description="Lease on a txn-log partition.")
+    txn_log_partitions: int = Field(
+        default=50,
+        ge=1,
+        le=1000,
+        description="Partitions of the transaction log, each leased by one instance; an id "
+        "belongs to crc32(transactional_id) % this (the same on every coordinator).",
+    )
+    group_offset_partitions: int = Field(
+        default=50,
+        ge=1,
+        le=1000,
+        description="Number of __consumer_offsets partitions (the same on every service).",
+    )
+    producer_id_block_size: int = Field(
+        default=1000, ge=1, description="Producer ids reserved in the database at a time."
+    )
+    max_transaction_timeout_ms: int = Field(
+        default=900_000,
+        ge=1,
+        description="Largest transaction timeout a producer may ask for "
+        "(INVALID_TRANSACTION_TIMEOUT above).",
+    )
+    transactional_id_expiration_ms: int = Field(
+        default=604_800_000,
+        ge=1,
+        description="Transactional ids idle this long are removed.",
+    )
+    expiry_scan_interval_ms: int = Field(
+        default=10_000,
+        ge=1,
+        description="How often timed-out transactions and expired ids are looked for.",
+    )
+    lease_ms: int = Field(
+        default=10_000,
+        ge=100,
+        description="Lease on a transaction-log partition (the failover time).",
+    )
     init_wait_ms: int = Field(
         default=2_000, ge=0, description="How long init waits for a fenced abort to complete."
     )
-    marker_backoff_max_ms: int = Field(default=2_000, ge=1)
-    marker_batch_partitions: int = Field(default=1_000, ge=1)
-    node_timeout_ms: int = Field(default=5_000, ge=1)
-    reconcile_interval_ms: int = Field(default=2_000, ge=10)
-    db_pool_size: int = Field(default=16, ge=1)
+    marker_backoff_max_ms: int = Field(
+        default=2_000,
+        ge=1,
+        description="Longest wait between two attempts to send markers to a node.",
+    )
+    marker_batch_partitions: int = Field(
+        default=1_000, ge=1, description="Most partitions in one marker request to a node."
+    )
+    node_timeout_ms: int = Field(
+        default=5_000, ge=1, description="How long a storage node may take to answer."
+    )
+    reconcile_interval_ms: int = Field(
+        default=2_000,
+        ge=10,
+        description="How often partitions not yet created on their node are tried again.",
+    )
+    db_pool_size: int = Field(
+        default=16, ge=1, description="Database connections (and threads that use them)."
+    )
     migrate_on_start: bool = Field(default=True, description="Run alembic upgrade on start.")
     super_users: str = Field(
         default="",
@@ -80,8 +125,10 @@ class CoordinatorSettings(SecuritySettings):
     acl_refresh_ms: int = Field(
         default=5_000, ge=100, description="How often the ACLs are read again."
     )
-    log_level: str = Field(default="info")
-    log_format: Literal["json", "text"] = Field(default="json", description="json or text")
+    log_level: str = Field(default="info", description="debug, info, warning or error.")
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="Structured JSON lines, or text for a terminal."
+    )
 
     @field_validator("nodes")
     @classmethod

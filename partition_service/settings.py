@@ -1,4 +1,9 @@
-"""Settings of a storage node: every field is an ``EOS_`` environment variable and a flag."""
+"""Settings of a storage node: pydantic-settings read from ``EOS_*`` variables.
+
+Every field is also a flag of ``eos node`` (cli.py builds the flags from this model, help
+from each field's description), so an operator can move a value between the environment
+and the command line freely, and the two lists cannot drift apart.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from eos_security.settings import SecuritySettings
 
 
 class NodeSettings(SecuritySettings):
+    """One storage node. The defaults are those of docs/storage-node.md's table."""
+
     model_config = SettingsConfigDict(env_prefix="EOS_", extra="ignore")
 
     node_id: int = Field(default=1, ge=0, description="This node's id in the cluster.")
@@ -42,19 +49,45 @@ class NodeSettings(SecuritySettings):
     fsync: bool = Field(
         default=True, description="Acknowledge produces only after fsync (group commit)."
     )
-    segment_bytes: int = Field(default=64 * 1024 * 1024, ge=4096, le=1024**3)
-    index_interval_bytes: int = Field(default=4096, ge=64)
-    checkpoint_interval_ms: int = Field(default=5000, ge=10)
-    producer_expiration_ms: int = Field(
-        default=86_400_000, ge=1000, description="Forget producers idle this long."
+    segment_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=4096,
+        le=1024**3,
+        description="Size at which a partition's active segment is rolled.",
     )
-    max_record_bytes: int = Field(default=1024 * 1024, ge=1)
-    max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
-    group_offset_partitions: int = Field(default=50, ge=1, le=1000)
+    index_interval_bytes: int = Field(
+        default=4096, ge=64, description="Bytes of records between two offset-index entries."
+    )
+    checkpoint_interval_ms: int = Field(
+        default=5000, ge=10, description="How often the recovery checkpoint is written."
+    )
+    producer_expiration_ms: int = Field(
+        default=86_400_000,
+        ge=1000,
+        description="Producers idle this long, with no transaction open, are forgotten at "
+        "the next checkpoint.",
+    )
+    max_record_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1,
+        description="Largest key + value of one record (MESSAGE_TOO_LARGE above).",
+    )
+    max_request_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1024, description="Largest request body."
+    )
+    group_offset_partitions: int = Field(
+        default=50,
+        ge=1,
+        le=1000,
+        description="Number of __consumer_offsets partitions (the same on every service).",
+    )
     acl_refresh_ms: int = Field(
         default=5_000, ge=100, description="How often the ACLs are fetched from the coordinator."
     )
-    log_level: str = Field(default="info")
+    log_level: str = Field(default="info", description="debug, info, warning or error.")
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="Structured JSON lines, or text for a terminal."
+    )
 
     @field_validator("coordinator_url")
     @classmethod
@@ -67,4 +100,3 @@ class NodeSettings(SecuritySettings):
     @property
     def coordinator_urls(self) -> list[str]:
         return [] if self.coordinator_url is None else self.coordinator_url.split(",")
-    log_format: Literal["json", "text"] = Field(default="json", description="json or text")
