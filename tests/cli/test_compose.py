@@ -153,7 +153,7 @@ def test_dockerfile_installs_the_project_and_java() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert text.startswith("#") and "FROM python:3.11" in text
     assert "openjdk-17" in text and "curl" in text
-    assert "pip install --no-cache-dir '.[spark]'" in text
+    assert "pip install --no-cache-dir '.[server,spark]'" in text
     for package in [
         "sdk",
         "partition_service",
