@@ -22,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from eos_bench.harness import TOKEN, Conn, HttpError, Server, call, free_port
+from eos_bench.harness import TOKEN, Conn, HttpError, Server, bearer, call, free_port
 from eos_bench.load import LoadResult, Step, drive
 from eos_security.tokens import new_token, token_entry
 
@@ -63,24 +63,23 @@ async def _grant(port: int, admin: str) -> None:
             {"principal": "User:bench", "resource_type": "topic", "resource_name": "bench",
              "operation": op} for op in ("read", "write")
         ]})
-        status, answer = await conn.request(
-            "POST", "/v1/acls", body, f"authorization: Bearer {admin}\r\n")
+        status, answer = await conn.request("POST", "/v1/acls", body, bearer(admin))
         if status != 201:
             raise HttpError(f"grant: {status} {answer[:200]!r}")
     finally:
         await conn.close()
 
 
-def _credentials(name: str, tmp: Path) -> tuple[list[str], str, str]:
+def _credentials(name: str, tmp: Path) -> tuple[list[str], dict[str, str], str]:
     """The services' auth flags, the client's header and the admin token of a mode."""
     tmp.mkdir(parents=True)
     admin = new_token()
     if name != "on":
-        return [], "", admin
+        return [], {}, admin
     client = new_token()
     tokens = tmp / "tokens.toml"
     tokens.write_text(token_entry("User:admin", admin) + token_entry("User:bench", client))
-    return ["--auth-tokens-file", str(tokens)], f"authorization: Bearer {client}\r\n", admin
+    return ["--auth-tokens-file", str(tokens)], bearer(client), admin
 
 
 async def run_mode(name: str, seconds: float, tmp: Path) -> Mode:

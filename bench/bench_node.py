@@ -49,6 +49,7 @@ from eos_bench.harness import (
     Conn,
     HttpError,
     Server,
+    bearer,
     call,
     free_port,
     metric,
@@ -194,7 +195,7 @@ async def fill_transactions(port: int, topic: str, records: int) -> int:
                         "POST",
                         "/internal/v1/markers",
                         orjson.dumps({"markers": [marker]}),
-                        f"authorization: Bearer {TOKEN}\r\n",
+                        bearer(TOKEN),
                     )
                     if status != 200 or b'"error":null' not in answer:
                         raise HttpError(f"marker: {status} {answer[:300]!r}")

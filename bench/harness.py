@@ -1,86 +1,76 @@
-"""Shared pieces of the benchmarks: a minimal keep-alive HTTP/1.1 client and child
-processes timed from start to ready.
+"""Shared pieces of the benchmarks: a keep-alive HTTP/1.1 connection to a local service
+and child processes timed from start to ready.
 
-The client exists because a general-purpose one (httpx) spends more CPU per request than
-the services it would measure; this one costs tens of microseconds, so the figures are the
-services' and not the load generator's.
+The load comes through the services' own internal client (``eos_server.keepalive``), not
+a general-purpose one: httpx spends more CPU per request than the services it would
+measure, and ``bench/bench_internal_client.py`` measures by how much. Each ``Conn`` keeps
+one connection, so a load loop on it sends its requests one after another.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from eos_server.keepalive import KeepAliveClient
+
 TOKEN = "bench-internal-token-0123456789abcdef"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: Long enough for every request a benchmark sends (commits waiting for their markers,
+#: long-polled fetches, batches of a million records).
+REQUEST_TIMEOUT_S = 300.0
+
+_JSON = {"content-type": "application/json"}
 
 
-# -- a minimal HTTP/1.1 keep-alive client ----------------------------------------------------
 class HttpError(Exception):
     pass
 
 
 class Conn:
-    """One keep-alive connection; requests on it are sequential."""
+    """One keep-alive connection to a service on this machine; requests on it are sequential.
+
+    A ``KeepAliveClient`` with room for one idle connection: it connects on the first
+    request and keeps that connection (reconnecting, once, if the service closed it)."""
 
     def __init__(self, port: int) -> None:
         self.port = port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
+        self._base = f"http://127.0.0.1:{port}"
+        self._client = KeepAliveClient(timeout_s=REQUEST_TIMEOUT_S, max_idle_per_host=1)
 
     async def open(self) -> Conn:
-        self.reader, self.writer = await asyncio.open_connection(
-            "127.0.0.1", self.port, limit=1 << 20
-        )
+        """The connection opens with the first request (in a load run, a warm-up one)."""
         return self
 
     async def request(
-        self, method: str, path: str, body: bytes = b"", headers: str = ""
+        self, method: str, path: str, body: bytes = b"", headers: Mapping[str, str] = _JSON
     ) -> tuple[int, bytes]:
-        assert self.reader is not None and self.writer is not None
-        head = (
-            f"{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\n{headers}"
-            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-        ).encode()
-        self.writer.writelines([head, body] if body else [head])
-        await self.writer.drain()
-        raw = await self.reader.readuntil(b"\r\n\r\n")
-        lines = raw.split(b"\r\n")
-        status = int(lines[0].split(b" ", 2)[1])
-        length = -1
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            lname = name.strip().lower()
-            if lname == b"content-length":
-                length = int(value.strip())
-            elif lname == b"transfer-encoding":
-                raise HttpError("chunked answers are not supported by this client")
-        if length < 0:
-            raise HttpError("answer without content-length")
-        return status, await self.reader.readexactly(length)
+        """(status, body) of ``method path``; the body is sent as JSON."""
+        if headers is not _JSON:
+            headers = {**_JSON, **headers}
+        return await self._client.request(method, self._base + path, body, headers)
 
     async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
+        await self._client.close()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
 
 
 async def call(port: int, method: str, path: str, body: Any = None, internal: bool = False) -> Any:
-    conn = await Conn(port).open()
+    conn = Conn(port)
     try:
         data = b"" if body is None else orjson.dumps(body)
-        headers = f"authorization: Bearer {TOKEN}\r\n" if internal else ""
-        status, answer = await conn.request(method, path, data, headers)
+        status, answer = await conn.request(method, path, data, bearer(TOKEN) if internal else {})
     finally:
         await conn.close()
     if status >= 300:
@@ -89,7 +79,7 @@ async def call(port: int, method: str, path: str, body: Any = None, internal: bo
 
 
 async def metric(port: int, name: str, labels: str) -> float:
-    conn = await Conn(port).open()
+    conn = Conn(port)
     try:
         _status, text = await conn.request("GET", "/metrics")
     finally:

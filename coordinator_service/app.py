@@ -23,7 +23,6 @@ from coordinator_service.api import (
     acls,
     admin,
     health,
-    hotpaths,
     internal,
     metadata,
     transactions,
@@ -46,6 +45,7 @@ from coordinator_service.transactions.store import TransactionStore
 from eos_security import access as access_control
 from eos_security.access import AccessControl
 from eos_security.authorizer import Authorizer
+from eos_server import fastpath
 from eos_server.envelope import install_error_handlers
 from eos_server.middleware import RequestShape
 
@@ -192,7 +192,7 @@ def create_app(
     app.include_router(acls.router)
     app.include_router(transactions.router)
     internal.install(app, settings.internal_token)
-    hotpaths.install(app, settings.internal_token)
+    fastpath.install(app, [*transactions.FAST_PATHS, *internal.FAST_PATHS])
     access_control.install(app, access, settings.internal_token)
     app.add_middleware(RequestShape)  # outermost: malformed requests stop here
     return app

@@ -7,7 +7,10 @@ coordinator (``partition_service/verification.py``). Through httpx, the client's
 per request (pool bookkeeping that checks every idle connection, header models, event
 machinery) cost more CPU than the work the request asked for: more than the coordinator
 spent deciding the transaction, more than the node spent appending the batch.
-``bench/bench_coordinator.py`` measures the path these calls sit on.
+``bench/bench_internal_client.py`` measures this client against ``httpx.AsyncClient``,
+httpcore alone and h11 over asyncio streams, on the same requests to the same server;
+``bench/bench_coordinator.py`` measures the path these calls sit on. The benchmarks send
+their load through this client as well (``bench/harness.py``), for the same reason.
 
 ``KeepAliveClient`` does only what those calls need: plain ``http://`` URLs, a LIFO pool of
 keep-alive connections per ``host:port``, answers delimited by ``content-length`` or

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 from eos_security import access as access_control
 from eos_security.access import AccessControl
 from eos_security.authorizer import Authorizer
+from eos_server import fastpath
 from eos_server.envelope import install_error_handlers
 from eos_server.internal import internal_token_checker
 from eos_server.middleware import BodyLimit, RequestShape
@@ -118,6 +119,7 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
     install_error_handlers(app, lambda code: context.metrics.errors.labels(code).inc())
     for router in (records.router, groups.router, internal.router, health.router):
         app.include_router(router)
+    fastpath.install(app, records.FAST_PATHS)  # inside every middleware added below
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     access_control.install(app, access, settings.internal_token)
     app.add_middleware(RequestShape)  # outermost: malformed requests stop here

@@ -14,7 +14,8 @@ The owner of the producer's transaction-log partition answers from memory instea
 cached records are exactly the rows (cached only after they are durable, and nobody else
 may write them while its lease holds). It does so only while its lease is certainly live
 by its own lease clock; otherwise, and for producers it does not cache, it reads the
-database as any other instance would.
+database as any other instance would. Every transaction's first batch to a partition
+asks it, so ``FAST_PATHS`` answers it without FastAPI's per-request work.
 """
 
 from __future__ import annotations
@@ -22,12 +23,40 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, FastAPI, Path
 
 from coordinator_service.api.deps import ServicesDep
+from coordinator_service.services import Services
 from eos_protocol.acl import AclSnapshot
 from eos_protocol.common import TopicPartition
 from eos_protocol.coordinator import LiveCoordinators, ProducerTransactionView
 from eos_protocol.errors import UnknownProducerIdError
 from eos_server.envelope import error_responses
+from eos_server.fastpath import FastCall, fast_path
 from eos_server.internal import internal_token_checker
+
+
+async def producer_transaction(
+    services: ServicesDep, producer_id: int = Path(ge=0, le=2**63 - 1)
+) -> ProducerTransactionView:
+    rec = await services.coordinator.producer_record(producer_id)
+    if rec is None:
+        raise UnknownProducerIdError(f"no transactional id has producer id {producer_id}")
+    return ProducerTransactionView(
+        producer_id=rec.producer_id,
+        producer_epoch=rec.producer_epoch,
+        transactional_id=rec.transactional_id,
+        state=rec.state,
+        partitions=[TopicPartition(topic=t, partition=p) for t, p in rec.partitions],
+    )
+
+
+@fast_path(producer_transaction)
+async def producer_transaction_fast(call: FastCall[None]) -> ProducerTransactionView:
+    """The verification GET without FastAPI's per-request work (``eos_server/fastpath.py``);
+    the router's internal-token check runs on it as on the route."""
+    services: Services = call.state.services
+    return await producer_transaction(services, call.number("producer_id"))
+
+
+FAST_PATHS = (producer_transaction_fast,)
 
 
 def build_router(internal_token: str | None) -> APIRouter:
@@ -37,7 +66,7 @@ def build_router(internal_token: str | None) -> APIRouter:
         dependencies=[Depends(internal_token_checker(internal_token))],
     )
 
-    @router.get(
+    router.get(
         "/producers/{producer_id}/transaction",
         operation_id="getProducerTransaction",
         summary="A producer's current transaction (KIP-890 verification; nodes only)",
@@ -45,20 +74,7 @@ def build_router(internal_token: str | None) -> APIRouter:
         responses=error_responses(
             "UNKNOWN_PRODUCER_ID", "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"
         ),
-    )
-    async def producer_transaction(
-        services: ServicesDep, producer_id: int = Path(ge=0, le=2**63 - 1)
-    ) -> ProducerTransactionView:
-        rec = await services.coordinator.producer_record(producer_id)
-        if rec is None:
-            raise UnknownProducerIdError(f"no transactional id has producer id {producer_id}")
-        return ProducerTransactionView(
-            producer_id=rec.producer_id,
-            producer_epoch=rec.producer_epoch,
-            transactional_id=rec.transactional_id,
-            state=rec.state,
-            partitions=[TopicPartition(topic=t, partition=p) for t, p in rec.partitions],
-        )
+    )(producer_transaction)
 
     @router.get(
         "/acls",

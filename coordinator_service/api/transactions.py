@@ -2,11 +2,16 @@
 
 Only the owner of the transactional id's log partition answers; any other instance answers
 NOT_COORDINATOR with the owner's URL (``details.coordinator_url``).
+
+Add partitions, commit and abort come with every transaction: ``FAST_PATHS`` answers them
+without FastAPI's per-request work (``eos_server/fastpath.py``), by calling the same
+endpoints with the same arguments, so the routes stay the one statement of what they do.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter
+from starlette.datastructures import State
 
 from coordinator_service.api.access import (
     Caller,
@@ -14,6 +19,7 @@ from coordinator_service.api.access import (
     may_write_transaction,
 )
 from coordinator_service.api.deps import ServicesDep, TransactionalIdPath
+from coordinator_service.services import Services
 from eos_protocol.acl import Operation, ResourceType
 from eos_protocol.common import Empty
 from eos_protocol.coordinator import (
@@ -25,7 +31,9 @@ from eos_protocol.coordinator import (
     InitTransactionsRequest,
     ProducerIdResponse,
 )
+from eos_security.access import principal_of
 from eos_server.envelope import error_responses
+from eos_server.fastpath import FastCall, fast_path
 
 router = APIRouter(prefix="/v1/transactions", tags=["transactions"])
 
@@ -157,3 +165,35 @@ async def abort_transaction(
     tid: TransactionalIdPath, body: EndTransactionRequest, services: ServicesDep, caller: Caller
 ) -> EndTransactionResponse:
     return await _end(tid, body, services, caller, commit=False)
+
+
+# --- fast paths: the same endpoints, their arguments read without FastAPI ---------------
+
+
+def _services(state: State) -> Services:
+    services: Services = state.services
+    return services
+
+
+@fast_path(add_partitions, AddPartitionsRequest)
+async def add_partitions_fast(call: FastCall[AddPartitionsRequest]) -> AddPartitionsResponse:
+    return await add_partitions(
+        call.text("tid"), call.body(), _services(call.state), principal_of(call.scope)
+    )
+
+
+@fast_path(commit_transaction, EndTransactionRequest)
+async def commit_fast(call: FastCall[EndTransactionRequest]) -> EndTransactionResponse:
+    return await commit_transaction(
+        call.text("tid"), call.body(), _services(call.state), principal_of(call.scope)
+    )
+
+
+@fast_path(abort_transaction, EndTransactionRequest)
+async def abort_fast(call: FastCall[EndTransactionRequest]) -> EndTransactionResponse:
+    return await abort_transaction(
+        call.text("tid"), call.body(), _services(call.state), principal_of(call.scope)
+    )
+
+
+FAST_PATHS = (add_partitions_fast, commit_fast, abort_fast)

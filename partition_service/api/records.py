@@ -1,22 +1,21 @@
-"""Produce, fetch, offsets and DescribeProducers for one partition."""
+"""Produce, fetch, offsets and DescribeProducers for one partition.
+
+Produce is the call every batch makes: ``FAST_PATHS`` answers it without FastAPI's
+per-request work (``eos_server/fastpath.py``); the route stays its declaration.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import Annotated
 
 import orjson
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
-from fastapi.routing import APIRoute
-from pydantic import ValidationError
-from starlette.types import Message, Receive
 
 from eos_protocol.acl import Operation, ResourceType
 from eos_protocol.common import (
     MAX_PARTITIONS_PER_TOPIC,
     TOPIC_NAME_PATTERN,
-    TOPIC_NAME_RE,
     TopicPartition,
 )
 from eos_protocol.node import (
@@ -29,7 +28,8 @@ from eos_protocol.node import (
 )
 from eos_security.access import Caller, principal_of
 from eos_server.envelope import error_responses
-from partition_service.context import Node, NodeContext, get_node
+from eos_server.fastpath import Decline, FastCall, fast_path
+from partition_service.context import Node, NodeContext
 from partition_service.log.engine import ReadResult, Row
 from partition_service.partition import Partition, collector_paused
 
@@ -46,85 +46,9 @@ def json_response(body: object) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
-class ProduceRoute(APIRoute):
-    """The produce route, with a fast path for the common case.
-
-    A well-formed batch is parsed straight from the body bytes by pydantic's JSON parser
-    (``ProduceRequest.model_validate_json``), several times faster than FastAPI's default
-    (``json.loads`` then validation of the Python objects). Anything the fast path is not
-    sure of (an unusual content type, a path parameter to check, a body that does not
-    validate) goes to FastAPI's own handling, so errors and the OpenAPI document are
-    exactly those of a plain ``body: ProduceRequest`` parameter.
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        standard = super().get_route_handler()
-
-        async def handler(request: Request) -> Response:
-            target = _fast_target(request)
-            if target is None:
-                return await standard(request)
-            try:
-                raw = await request.body()
-            except Exception as exc:
-                # FastAPI answers a body that cannot be read; let it see the same failure.
-                return await standard(Request(request.scope, _failing_receive(exc)))
-            node = get_node(request)
-            await node.access.require(
-                principal_of(request), ResourceType.TOPIC, target[0], Operation.WRITE
-            )
-            with collector_paused():
-                body = _validate_body(raw)
-                if body is not None:
-                    partition = node.registry.get(*target)
-                    rows = partition.validate_rows(body, body_bytes=len(raw))
-                    # Free the per-record models now, while the collector is paused.
-                    body = body.model_copy(update={"records": []})
-            if body is None:
-                return await standard(request)
-            return await _append(node, partition, body, rows, principal_of(request))
-
-        return handler
-
-
-def _fast_target(request: Request) -> tuple[str, int] | None:
-    """(topic, partition) if the path parameters and content type are certainly valid."""
-    topic = request.path_params.get("topic")
-    number = request.path_params.get("partition")
-    if (
-        not isinstance(topic, str)
-        or not isinstance(number, str)
-        or TOPIC_NAME_RE.fullmatch(topic) is None
-        or not (number.isascii() and number.isdigit())
-        or str(int(number)) != number
-        or int(number) >= MAX_PARTITIONS_PER_TOPIC
-    ):
-        return None
-    content_type = request.headers.get("content-type", "")
-    if content_type.partition(";")[0].strip().lower() != "application/json":
-        return None
-    return topic, int(number)
-
-
-def _validate_body(raw: bytes) -> ProduceRequest | None:
-    if not raw:
-        return None
-    try:
-        return ProduceRequest.model_validate_json(raw)
-    except ValidationError:
-        return None
-
-
-def _failing_receive(exc: Exception) -> Receive:
-    async def receive() -> Message:
-        raise exc
-
-    return receive
-
-
 async def produce_records(
     topic: TopicPath, partition: PartitionPath, body: ProduceRequest, node: Node, caller: Caller
-) -> Response:
+) -> ProduceResponse:
     """Acknowledged only once durable. A retried batch (same producer, epoch and sequence)
     answers ``duplicate: true`` with the offsets it got the first time. Needs write on the
     topic."""
@@ -158,8 +82,34 @@ router.add_api_route(
         "TOPIC_AUTHORIZATION_FAILED",
         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
     ),
-    route_class_override=ProduceRoute,
 )
+
+
+@fast_path(produce_records, ProduceRequest)
+async def produce_records_fast(call: FastCall[ProduceRequest]) -> ProduceResponse:
+    """The produce route without FastAPI's per-request work (``eos_server/fastpath.py``).
+
+    The batch is parsed from the body bytes with the cyclic collector paused until its
+    per-record models are turned into rows and freed (``collector_paused``): the parse is
+    the node's largest burst of allocations. The topic right is therefore looked at first,
+    without waiting (``allowed``): a caller it does not certainly admit goes to the route,
+    which validates the body before it asks, as FastAPI orders them.
+    """
+    topic, index = call.text("topic"), call.number("partition")
+    node: NodeContext = call.state.node
+    caller = principal_of(call.scope)
+    if not node.access.allowed(caller, ResourceType.TOPIC, topic, Operation.WRITE):
+        raise Decline
+    with collector_paused():
+        body = call.body()
+        target = node.registry.get(topic, index)
+        rows = target.validate_rows(body, body_bytes=len(call.raw))
+        # Free the per-record models now, while the collector is paused.
+        body = body.model_copy(update={"records": []})
+    return await _append(node, target, body, rows, caller)
+
+
+FAST_PATHS = (produce_records_fast,)
 
 
 async def _append(
@@ -168,7 +118,7 @@ async def _append(
     body: ProduceRequest,
     rows: list[Row],
     caller: str | None,
-) -> Response:
+) -> ProduceResponse:
     """Append a validated batch (``body`` gives the producer fields, ``rows`` the records)
     and answer once it is durable. A batch that opens a transaction here is verified with
     the coordinator (KIP-890), which also names its transactional id: the caller must
@@ -191,13 +141,11 @@ async def _append(
         node.metrics.duplicate_batches.inc()
     else:
         node.metrics.produced_records.labels(target.topic).inc(len(rows))
-    return json_response(
-        {
-            "base_offset": result.base_offset,
-            "last_offset": result.last_offset,
-            "duplicate": result.duplicate,
-            "log_append_time_ms": result.append_time_ms,
-        }
+    return ProduceResponse(
+        base_offset=result.base_offset,
+        last_offset=result.last_offset,
+        duplicate=result.duplicate,
+        log_append_time_ms=result.append_time_ms,
     )
 
 
