@@ -3,7 +3,9 @@
 ``ProducerCore`` joins the state machine (``_state``), the accumulator (``_accumulator``)
 and the metadata cache, and answers two questions for the sender of either twin: what to
 send now (``next_actions``), and what an answer means (``on_*``). The twins only move
-bytes, wait, and wake each other up; every decision is made here, once.
+bytes, wait, and wake each other up; every decision is made here, once. The order of
+each call's requests and what its errors do to the state are the sequences of
+``sdk._txn_calls``, built on this object.
 """
 
 from __future__ import annotations

@@ -3,36 +3,35 @@
 Kafka's design: ``send`` only queues the record and returns a future; a sender thread
 drains the batches (the decisions are ``ProducerCore``'s) and hands each request to a small
 pool of worker threads, so up to ``max_in_flight`` batches per partition travel at once.
-The async twin in ``sdk.aio.producer`` makes the same calls with tasks instead of threads.
+Every call that talks to the cluster is a sequence of ``sdk._txn_calls``, driven here by
+``_drive`` with blocking I/O. The async twin in ``sdk.aio.producer`` drives the same
+sequences with tasks instead of threads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
-from eos_protocol.errors import FatalError, InvalidTxnStateError
+from eos_protocol.errors import FatalError
+from sdk import _txn_calls as calls
 from sdk._accumulator import FutureLike, ProducerBatch
 from sdk._config import USE_DEFAULT, ProducerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._errors import EosTimeoutError
-from sdk._metadata import (
-    Bootstrap,
-    find_coordinator_params,
-    group_path,
-    records_path,
-    topic_path,
-    txn_path,
-)
-from sdk._producer_base import Actions, Body, ProducerCore, normalise_offsets, now_ms
+from sdk._metadata import Bootstrap
+from sdk._producer_base import Actions, Body, ProducerCore, now_ms
 from sdk._state import ProducerState
-from sdk._transport import Req, SyncTransport
-from sdk._types import Offsets, Payload, RecordMetadata, TopicPartition
+from sdk._transport import SyncTransport
+from sdk._txn_calls import AwaitInFlight, Call, Flush, Produce, Step, Steps
+from sdk._types import Offsets, Payload, RecordMetadata
+
+T = TypeVar("T")
 
 _WORKERS = 32
 
@@ -78,17 +77,10 @@ class _SyncProducerBase:
         timestamp_ms: int | None = None,
     ) -> Future[RecordMetadata]:
         """Queue a record; the future resolves to its ``RecordMetadata`` once acknowledged."""
-        with self._cond:
-            self._core.check_send()
-        if self._core.metadata.partition_count(topic) is None:
-            self._fetch_topic(topic)
         future: Future[RecordMetadata] = Future()
-        with self._cond:
-            self._core.check_send()
-            tp = self._core.choose_partition(topic, key, partition)
-            keyless = key is None and partition is None
-            if self._core.append(tp, key, value, headers, timestamp_ms, future, keyless):
-                self._cond.notify()
+        steps = calls.send(self._core, topic, value, key, partition, headers, timestamp_ms, future)
+        if self._drive(steps):
+            self._wake()
         return future
 
     def flush(self, timeout: TimeoutArg = USE_DEFAULT) -> None:
@@ -140,65 +132,20 @@ class _SyncProducerBase:
 
     def _dispatch(self, actions: Actions) -> None:
         if actions.init_producer_id:
-            self._pool.submit(self._init_producer_id)
+            self._pool.submit(self._background, calls.init_producer_id(self._core))
         if actions.add_partitions:
-            self._add_future = self._pool.submit(self._add_partitions, actions.add_partitions)
+            steps = calls.add_partitions(self._core, actions.add_partitions)
+            self._add_future = self._pool.submit(self._background, steps)
         for batch in actions.batches:
-            self._pool.submit(self._produce, batch)
+            self._pool.submit(self._background, calls.produce(self._core, batch))
 
-    def _init_producer_id(self) -> None:
-        try:
-            body = self._http.call(
-                Req.INIT_PRODUCER_ID,
-                "POST",
-                "/v1/producers",
-                base=self._bootstrap,
-                json={},
-                timeout_s=self._config.max_block_ms / 1000,
-            )
-        except Exception as exc:
-            with self._cond:
-                self._core.on_producer_id_failed(exc)
-                self._cond.notify()
-            return
+    def _background(self, steps: Steps[None]) -> None:
+        """A request of the sender's, on a worker; then the sender looks at the queues."""
+        self._drive(steps)
+        self._wake()
+
+    def _wake(self) -> None:
         with self._cond:
-            self._core.on_producer_id(body)
-            self._cond.notify()
-
-    def _add_partitions(self, tps: list[TopicPartition]) -> None:
-        def body() -> dict[str, Any]:
-            with self._cond:
-                return self._core.add_partitions_body(tps)
-
-        try:
-            answer = self._txn_call(Req.ADD_PARTITIONS, "partitions", body, USE_DEFAULT)
-        except Exception as exc:
-            with self._cond:
-                self._core.on_add_failed(tps, exc)
-                self._cond.notify()
-            return
-        with self._cond:
-            self._core.on_add_result(tps, answer)
-            self._cond.notify()
-
-    def _produce(self, batch: ProducerBatch) -> None:
-        try:
-            url = self._core.metadata.leader(batch.tp)
-            if url is None:
-                url = self._fetch_topic(batch.tp.topic)[batch.tp.partition]
-            body = self._http.send_once(
-                "POST",
-                url + records_path(batch.tp),
-                json=batch.request_body(self._core.transactional),
-                on_wire=lambda: self._on_wire(batch),
-            )
-        except Exception as exc:
-            with self._cond:
-                self._core.on_produce_error(batch, exc)
-                self._cond.notify()
-            return
-        with self._cond:
-            self._core.on_produce_ok(batch, body)
             self._cond.notify()
 
     def _on_wire(self, batch: ProducerBatch) -> None:
@@ -206,49 +153,71 @@ class _SyncProducerBase:
             self._core.on_wire(batch)
             self._cond.notify()
 
-    # --- helpers -------------------------------------------------------------------------
+    # --- the driver of the core's sequences ----------------------------------------------
+
+    def _drive(self, steps: Steps[T]) -> T:
+        """Run one of the core's sequences (``sdk._txn_calls``): its decisions under the
+        lock, each step's I/O outside it; the step's answer or error goes back in."""
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            with self._cond:
+                try:
+                    step = steps.send(answer) if error is None else steps.throw(error)
+                except StopIteration as done:
+                    result: T = done.value
+                    return result
+            try:
+                answer, error = self._perform(step), None
+            except Exception as exc:
+                answer, error = None, exc
+
+    def _perform(self, step: Step) -> Any:
+        match step:
+            case Call():
+                return self._http.call(
+                    step.req,
+                    step.method,
+                    step.path,
+                    base=self._base(step.locate),
+                    json=self._locked(step.body),
+                    params=step.params,
+                    timeout_s=step.timeout_s,
+                    invalidate=step.invalidate,
+                )
+            case Produce():
+                batch = step.batch
+                return self._http.send_once(
+                    "POST", step.url, json=step.body, on_wire=lambda: self._on_wire(batch)
+                )
+            case Flush():
+                return self.flush(step.timeout_s)
+            case AwaitInFlight():
+                with self._cond:
+                    add = self._add_future
+                if add is not None:
+                    wait_futures([add], timeout=step.timeout_s)
+                return self._wait(step.pending, step.timeout_s)
+
+    def _base(self, locate: Callable[[], Steps[str]] | None) -> Callable[[], str]:
+        if locate is None:
+            return self._bootstrap
+        return lambda: self._drive(locate())
+
+    def _locked(self, body: Body | None) -> Body | None:
+        """A body built anew for each attempt is built under the lock."""
+        if not callable(body):
+            return body
+        build = body
+
+        def each_attempt() -> dict[str, Any]:
+            with self._cond:
+                return build()
+
+        return each_attempt
 
     def _bootstrap(self) -> str:
         return self._http.bootstrap(self._core.metadata)
-
-    def _fetch_topic(self, topic: str) -> list[str]:
-        body = self._http.call(
-            Req.TOPIC,
-            "GET",
-            topic_path(topic),
-            base=self._bootstrap,
-            timeout_s=self._config.max_block_ms / 1000,
-        )
-        return self._core.metadata.update_topic(body)
-
-    def _coordinator(self) -> str:
-        url = self._core.metadata.txn_coordinator
-        if url is None:
-            tid = self._core.txn.transactional_id
-            assert tid is not None
-            body = self._http.call(
-                Req.FIND_COORDINATOR,
-                "GET",
-                "/v1/coordinators",
-                base=self._bootstrap,
-                params=find_coordinator_params(tid, "transaction"),
-                timeout_s=self._config.max_block_ms / 1000,
-            )
-            url = self._core.metadata.txn_coordinator = str(body["url"]).rstrip("/")
-        return url
-
-    def _txn_call(self, req: Req, action: str, body: Body, timeout: TimeoutArg) -> Any:
-        tid = self._core.txn.transactional_id
-        assert tid is not None
-        return self._http.call(
-            req,
-            "POST",
-            txn_path(tid, action),
-            base=self._coordinator,
-            json=body,
-            timeout_s=resolve_timeout(timeout, self._config.max_block_ms),
-            invalidate=self._core.metadata.invalidate_txn_coordinator,
-        )
 
     def _wait(self, futures: list[FutureLike[None]], timeout_s: float | None) -> None:
         pending = [f for f in futures if isinstance(f, Future)]
@@ -356,18 +325,7 @@ class TransactionalProducer(_SyncProducerBase):
     def init_transactions(self, timeout: TimeoutArg = USE_DEFAULT) -> None:
         """Get the producer id and epoch, fencing any older producer with this id and
         aborting its open transaction."""
-        with self._cond:
-            self._core.txn.begin_init()
-        try:
-            body = self._txn_call(
-                Req.INIT_TRANSACTIONS, "init", self._core.init_body(False), timeout
-            )
-        except Exception as exc:
-            with self._cond:
-                self._core.txn.on_error(exc)
-            raise
-        with self._cond:
-            self._core.on_init(body)
+        self._drive(calls.init_transactions(self._core, timeout))
 
     def begin_transaction(self) -> None:
         with self._cond:
@@ -382,99 +340,17 @@ class TransactionalProducer(_SyncProducerBase):
         """Commit the consumer group's offsets with this transaction (the offsets are the
         next records to read). AddOffsetsToTxn at the coordinator, then TxnOffsetCommit
         at the group's storage node."""
-        wanted = normalise_offsets(offsets)
-        with self._cond:
-            self._core.txn.ensure_can_add_offsets()
-        try:
-            self._txn_call(
-                Req.ADD_OFFSETS, "offsets", {**self._core.end_body(), "group_id": group_id}, timeout
-            )
-            with self._cond:
-                self._core.txn.on_offsets_added(group_id)
-            self._http.call(
-                Req.TXN_OFFSET_COMMIT,
-                "POST",
-                group_path(group_id, "txn-offsets"),
-                base=lambda: self._group_node(group_id),
-                json=self._core.txn_offsets_body(wanted),
-                timeout_s=resolve_timeout(timeout, self._config.max_block_ms),
-                invalidate=lambda _exc: self._core.metadata.invalidate_group(group_id),
-            )
-        except Exception as exc:
-            with self._cond:
-                self._core.on_request_error(exc)
-            raise
-
-    def _group_node(self, group_id: str) -> str:
-        url = self._core.metadata.group_node(group_id)
-        if url is None:
-            body = self._http.call(
-                Req.FIND_COORDINATOR,
-                "GET",
-                "/v1/coordinators",
-                base=self._bootstrap,
-                params=find_coordinator_params(group_id, "group"),
-                timeout_s=self._config.max_block_ms / 1000,
-            )
-            self._core.metadata.set_group_node(group_id, str(body["url"]))
-            url = self._core.metadata.group_node(group_id)
-            assert url is not None
-        return url
+        self._drive(calls.send_offsets_to_transaction(self._core, offsets, group_id, timeout))
 
     def commit_transaction(self, timeout: TimeoutArg = USE_DEFAULT) -> None:
         """Flush, wait for every acknowledgement, then commit at the coordinator. On an
         abortable error the producer is in ABORTABLE_ERROR: call ``abort_transaction``."""
-        with self._cond:
-            self._core.txn.begin_commit()
-        self.flush(resolve_timeout(timeout, self._config.max_block_ms))
-        with self._cond:
-            self._core.commit_outcome()
-        if self._core.txn.needs_end_call:
-            try:
-                self._txn_call(Req.END_TXN, "commit", self._core.end_body(), timeout)
-            except EosTimeoutError:
-                raise  # still COMMITTING: calling commit_transaction again retries it
-            except Exception as exc:
-                with self._cond:
-                    self._core.on_request_error(exc)
-                raise
-        with self._cond:
-            self._core.txn.complete_end()
+        self._drive(calls.commit_transaction(self._core, timeout))
 
     def abort_transaction(self, timeout: TimeoutArg = USE_DEFAULT) -> None:
         """Drop unsent records, wait for those in flight, abort at the coordinator; bump
         the epoch afterwards if a sequence number was left in doubt (KIP-360)."""
-        with self._cond:
-            self._core.begin_abort()
-            pending = self._core.accumulator.pending_done()
-            add = self._add_future
-        timeout_s = resolve_timeout(timeout, self._config.max_block_ms)
-        if add is not None:
-            wait_futures([add], timeout=timeout_s)
-        self._wait(pending, timeout_s)
-        if self._core.txn.needs_end_call:
-            try:
-                self._txn_call(Req.END_TXN, "abort", self._core.end_body(), timeout)
-            except InvalidTxnStateError:
-                if self._core.txn.partitions or self._core.txn.groups:
-                    with self._cond:
-                        self._core.txn.to_fatal(InvalidTxnStateError("abort refused"))
-                    raise
-                # nothing was confirmed added: there was no transaction to abort
-            except EosTimeoutError:
-                raise
-            except Exception as exc:
-                with self._cond:
-                    self._core.on_request_error(exc)
-                raise
-        with self._cond:
-            self._core.txn.complete_end()
-        if self._core.state is ProducerState.INITIALIZING:
-            body = self._txn_call(
-                Req.INIT_TRANSACTIONS, "init", self._core.init_body(True), timeout
-            )
-            with self._cond:
-                self._core.on_init(body)
+        self._drive(calls.abort_transaction(self._core, timeout))
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[TransactionalProducer]:

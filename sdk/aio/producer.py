@@ -2,8 +2,9 @@
 
 The twin of ``sdk.producer``: the same ``ProducerCore`` decides, a sender task drains the
 batches and each request is a task of its own, so up to ``max_in_flight`` batches per
-partition travel at once. ``send`` is awaited (it may have to fetch the topic's metadata)
-and returns an ``asyncio.Future`` of the record's ``RecordMetadata``.
+partition travel at once. The calls are the same sequences of ``sdk._txn_calls``, driven
+here by an awaiting ``_drive``. ``send`` is awaited (it may have to fetch the topic's
+metadata) and returns an ``asyncio.Future`` of the record's ``RecordMetadata``.
 """
 
 # The twins share their signatures, ``timeout=`` included (ruff's ASYNC109 would have the
@@ -14,27 +15,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 import httpx
 
-from eos_protocol.errors import FatalError, InvalidTxnStateError
-from sdk._accumulator import FutureLike, ProducerBatch
+from eos_protocol.errors import FatalError
+from sdk import _txn_calls as calls
+from sdk._accumulator import FutureLike
 from sdk._config import USE_DEFAULT, ProducerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._errors import EosTimeoutError
-from sdk._metadata import (
-    Bootstrap,
-    find_coordinator_params,
-    group_path,
-    records_path,
-    topic_path,
-    txn_path,
-)
-from sdk._producer_base import Actions, Body, ProducerCore, normalise_offsets, now_ms
+from sdk._metadata import Bootstrap
+from sdk._producer_base import Actions, ProducerCore, now_ms
 from sdk._state import ProducerState
-from sdk._transport import AsyncTransport, Req
-from sdk._types import Offsets, Payload, RecordMetadata, TopicPartition
+from sdk._transport import AsyncTransport
+from sdk._txn_calls import AwaitInFlight, Call, Flush, Produce, Step, Steps
+from sdk._types import Offsets, Payload, RecordMetadata
+
+T = TypeVar("T")
 
 
 def _loop_future() -> asyncio.Future[None]:
@@ -81,15 +79,11 @@ class _AsyncProducerBase:
         timestamp_ms: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue a record; the returned future resolves to its ``RecordMetadata``."""
-        self._core.check_send()
-        if self._core.metadata.partition_count(topic) is None:
-            await self._fetch_topic(topic)
-        self._core.check_send()
-        self._ensure_sender()
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        tp = self._core.choose_partition(topic, key, partition)
-        keyless = key is None and partition is None
-        if self._core.append(tp, key, value, headers, timestamp_ms, future, keyless):
+        steps = calls.send(self._core, topic, value, key, partition, headers, timestamp_ms, future)
+        wake = await self._drive(steps)
+        self._ensure_sender()
+        if wake:
             self._notify()
             # Yield once per batch: a loop of sends that never waits would otherwise keep
             # the sender task (and so every request) from running until it ends.
@@ -172,104 +166,71 @@ class _AsyncProducerBase:
 
     def _dispatch(self, actions: Actions) -> None:
         if actions.init_producer_id:
-            self._spawn(self._init_producer_id())
+            self._spawn(self._background(calls.init_producer_id(self._core)))
         if actions.add_partitions:
-            self._add_task = self._spawn(self._add_partitions(actions.add_partitions))
+            steps = calls.add_partitions(self._core, actions.add_partitions)
+            self._add_task = self._spawn(self._background(steps))
         for batch in actions.batches:
-            self._spawn(self._produce(batch))
+            self._spawn(self._background(calls.produce(self._core, batch)))
 
-    async def _init_producer_id(self) -> None:
-        try:
-            body = await self._http.call(
-                Req.INIT_PRODUCER_ID,
-                "POST",
-                "/v1/producers",
-                base=self._bootstrap,
-                json={},
-                timeout_s=self._config.max_block_ms / 1000,
-            )
-        except Exception as exc:
-            self._core.on_producer_id_failed(exc)
-        else:
-            self._core.on_producer_id(body)
+    async def _background(self, steps: Steps[None]) -> None:
+        """A request of the sender's, as a task; then the sender looks at the queues."""
+        await self._drive(steps)
         self._notify()
 
-    async def _add_partitions(self, tps: list[TopicPartition]) -> None:
-        def body() -> dict[str, Any]:
-            return self._core.add_partitions_body(tps)
+    # --- the driver of the core's sequences ----------------------------------------------
 
-        try:
-            answer = await self._txn_call(Req.ADD_PARTITIONS, "partitions", body, USE_DEFAULT)
-        except Exception as exc:
-            self._core.on_add_failed(tps, exc)
-        else:
-            self._core.on_add_result(tps, answer)
-        self._notify()
+    async def _drive(self, steps: Steps[T]) -> T:
+        """Run one of the core's sequences (``sdk._txn_calls``): it decides, this awaits
+        each step's I/O and hands the step's answer or error back in."""
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                step = steps.send(answer) if error is None else steps.throw(error)
+            except StopIteration as done:
+                result: T = done.value
+                return result
+            try:
+                answer, error = await self._perform(step), None
+            except Exception as exc:
+                answer, error = None, exc
 
-    async def _produce(self, batch: ProducerBatch) -> None:
-        def on_wire() -> None:
-            self._core.on_wire(batch)
-            self._notify()
+    async def _perform(self, step: Step) -> Any:
+        match step:
+            case Call():
+                return await self._http.call(
+                    step.req,
+                    step.method,
+                    step.path,
+                    base=self._base(step.locate),
+                    json=step.body,
+                    params=step.params,
+                    timeout_s=step.timeout_s,
+                    invalidate=step.invalidate,
+                )
+            case Produce():
+                batch = step.batch
 
-        try:
-            url = self._core.metadata.leader(batch.tp)
-            if url is None:
-                url = (await self._fetch_topic(batch.tp.topic))[batch.tp.partition]
-            body = await self._http.send_once(
-                "POST",
-                url + records_path(batch.tp),
-                json=batch.request_body(self._core.transactional),
-                on_wire=on_wire,
-            )
-        except Exception as exc:
-            self._core.on_produce_error(batch, exc)
-        else:
-            self._core.on_produce_ok(batch, body)
-        self._notify()
+                def on_wire() -> None:
+                    self._core.on_wire(batch)
+                    self._notify()
 
-    # --- helpers -------------------------------------------------------------------------
+                return await self._http.send_once("POST", step.url, json=step.body, on_wire=on_wire)
+            case Flush():
+                return await self.flush(step.timeout_s)
+            case AwaitInFlight():
+                if self._add_task is not None and not self._add_task.done():
+                    await asyncio.wait([self._add_task], timeout=step.timeout_s)
+                return await self._wait(step.pending, step.timeout_s)
+
+    def _base(self, locate: Callable[[], Steps[str]] | None) -> Callable[[], Awaitable[str]]:
+        if locate is None:
+            return self._bootstrap
+        return lambda: self._drive(locate())
 
     async def _bootstrap(self) -> str:
         return await self._http.bootstrap(self._core.metadata)
-
-    async def _fetch_topic(self, topic: str) -> list[str]:
-        body = await self._http.call(
-            Req.TOPIC,
-            "GET",
-            topic_path(topic),
-            base=self._bootstrap,
-            timeout_s=self._config.max_block_ms / 1000,
-        )
-        return self._core.metadata.update_topic(body)
-
-    async def _coordinator(self) -> str:
-        url = self._core.metadata.txn_coordinator
-        if url is None:
-            tid = self._core.txn.transactional_id
-            assert tid is not None
-            body = await self._http.call(
-                Req.FIND_COORDINATOR,
-                "GET",
-                "/v1/coordinators",
-                base=self._bootstrap,
-                params=find_coordinator_params(tid, "transaction"),
-                timeout_s=self._config.max_block_ms / 1000,
-            )
-            url = self._core.metadata.txn_coordinator = str(body["url"]).rstrip("/")
-        return url
-
-    async def _txn_call(self, req: Req, action: str, body: Body, timeout: TimeoutArg) -> Any:
-        tid = self._core.txn.transactional_id
-        assert tid is not None
-        return await self._http.call(
-            req,
-            "POST",
-            txn_path(tid, action),
-            base=self._coordinator,
-            json=body,
-            timeout_s=resolve_timeout(timeout, self._config.max_block_ms),
-            invalidate=self._core.metadata.invalidate_txn_coordinator,
-        )
 
     async def _wait(self, futures: list[FutureLike[None]], timeout_s: float | None) -> None:
         pending = [f for f in futures if isinstance(f, asyncio.Future) and not f.done()]
@@ -377,15 +338,7 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
 
     async def init_transactions(self, timeout: TimeoutArg = USE_DEFAULT) -> None:
         """Get the producer id and epoch, fencing any older producer with this id."""
-        self._core.txn.begin_init()
-        try:
-            body = await self._txn_call(
-                Req.INIT_TRANSACTIONS, "init", self._core.init_body(False), timeout
-            )
-        except Exception as exc:
-            self._core.txn.on_error(exc)
-            raise
-        self._core.on_init(body)
+        await self._drive(calls.init_transactions(self._core, timeout))
 
     def begin_transaction(self) -> None:
         self._core.txn.begin_transaction()
@@ -398,89 +351,16 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
     ) -> None:
         """Commit the group's offsets with this transaction (AddOffsetsToTxn at the
         coordinator, then TxnOffsetCommit at the group's storage node)."""
-        wanted = normalise_offsets(offsets)
-        self._core.txn.ensure_can_add_offsets()
-        try:
-            await self._txn_call(
-                Req.ADD_OFFSETS, "offsets", {**self._core.end_body(), "group_id": group_id}, timeout
-            )
-            self._core.txn.on_offsets_added(group_id)
-
-            async def node() -> str:
-                return await self._group_node(group_id)
-
-            await self._http.call(
-                Req.TXN_OFFSET_COMMIT,
-                "POST",
-                group_path(group_id, "txn-offsets"),
-                base=node,
-                json=self._core.txn_offsets_body(wanted),
-                timeout_s=resolve_timeout(timeout, self._config.max_block_ms),
-                invalidate=lambda _exc: self._core.metadata.invalidate_group(group_id),
-            )
-        except Exception as exc:
-            self._core.on_request_error(exc)
-            raise
-
-    async def _group_node(self, group_id: str) -> str:
-        url = self._core.metadata.group_node(group_id)
-        if url is None:
-            body = await self._http.call(
-                Req.FIND_COORDINATOR,
-                "GET",
-                "/v1/coordinators",
-                base=self._bootstrap,
-                params=find_coordinator_params(group_id, "group"),
-                timeout_s=self._config.max_block_ms / 1000,
-            )
-            self._core.metadata.set_group_node(group_id, str(body["url"]))
-            url = self._core.metadata.group_node(group_id)
-            assert url is not None
-        return url
+        await self._drive(calls.send_offsets_to_transaction(self._core, offsets, group_id, timeout))
 
     async def commit_transaction(self, timeout: TimeoutArg = USE_DEFAULT) -> None:
         """Flush, wait for every acknowledgement, then commit at the coordinator."""
-        self._core.txn.begin_commit()
-        await self.flush(resolve_timeout(timeout, self._config.max_block_ms))
-        self._core.commit_outcome()
-        if self._core.txn.needs_end_call:
-            try:
-                await self._txn_call(Req.END_TXN, "commit", self._core.end_body(), timeout)
-            except EosTimeoutError:
-                raise  # still COMMITTING: calling commit_transaction again retries it
-            except Exception as exc:
-                self._core.on_request_error(exc)
-                raise
-        self._core.txn.complete_end()
+        await self._drive(calls.commit_transaction(self._core, timeout))
 
     async def abort_transaction(self, timeout: TimeoutArg = USE_DEFAULT) -> None:
         """Drop unsent records, wait for those in flight, abort at the coordinator; bump
         the epoch afterwards if a sequence number was left in doubt (KIP-360)."""
-        self._core.begin_abort()
-        pending = self._core.accumulator.pending_done()
-        timeout_s = resolve_timeout(timeout, self._config.max_block_ms)
-        if self._add_task is not None and not self._add_task.done():
-            await asyncio.wait([self._add_task], timeout=timeout_s)
-        await self._wait(pending, timeout_s)
-        if self._core.txn.needs_end_call:
-            try:
-                await self._txn_call(Req.END_TXN, "abort", self._core.end_body(), timeout)
-            except InvalidTxnStateError:
-                if self._core.txn.partitions or self._core.txn.groups:
-                    self._core.txn.to_fatal(InvalidTxnStateError("abort refused"))
-                    raise
-                # nothing was confirmed added: there was no transaction to abort
-            except EosTimeoutError:
-                raise
-            except Exception as exc:
-                self._core.on_request_error(exc)
-                raise
-        self._core.txn.complete_end()
-        if self._core.state is ProducerState.INITIALIZING:
-            body = await self._txn_call(
-                Req.INIT_TRANSACTIONS, "init", self._core.init_body(True), timeout
-            )
-            self._core.on_init(body)
+        await self._drive(calls.abort_transaction(self._core, timeout))
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncTransactionalProducer]:
