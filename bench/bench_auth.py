@@ -6,7 +6,7 @@ is checked against the ACLs it caches from the coordinator (one dictionary looku
 decision is cached). Both runs use ``--no-fsync`` so the disk does not hide the CPU cost;
 the no-op FastAPI server parsing the same produce bodies is the machine's limit.
 
-Run: ``python bench/bench_auth.py [--seconds 5] [--rounds 3] [--json]``.
+Run: ``python -m eos_bench.bench_auth [--seconds 5] [--rounds 3] [--json]``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Benchmark of one storage node against the limits of the machine it runs on.
 
-    python bench/bench_node.py [--quick] [--json]
+    python -m eos_bench.bench_node [--quick] [--json]
 
 Measures, in one run:
 

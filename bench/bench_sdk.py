@@ -1,6 +1,6 @@
 """Benchmark of the Python SDK: transactional against non-transactional throughput.
 
-    python bench/bench_sdk.py [--quick] [--seconds N] [--rounds N] [--json]
+    python -m eos_bench.bench_sdk [--quick] [--seconds N] [--rounds N] [--json]
 
 Starts one storage node (fsync on, KIP-890 verification on) and one coordinator (SQLite)
 as processes, then sends 1 KB records for a fixed time with:

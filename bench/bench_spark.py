@@ -1,6 +1,6 @@
 """Benchmark of the Spark pipeline: exactly-once against at-least-once, same job.
 
-    python bench/bench_spark.py [--records 1000000] [--value-bytes 100] [--no-fsync]
+    python -m eos_bench.bench_spark [--records 1000000] [--value-bytes 100] [--no-fsync]
 
 Starts one storage node (KIP-890 verification on) and one coordinator (SQLite) as
 processes, writes ``--records`` records to a two-partition source topic, then copies them

@@ -9,7 +9,7 @@ implementation chosen by uvicorn), whose endpoints do no storage work:
   ``ProduceRequest.model_validate_json``, the collector paused as the node does;
 * ``GET /fetch`` answers a prebuilt fetch response of the size the node's fetches have.
 
-Run: ``python bench/noop_server.py --port PORT [--fetch-records N]``.
+Run: ``python -m eos_bench.noop_server --port PORT [--fetch-records N]``.
 """
 
 from __future__ import annotations

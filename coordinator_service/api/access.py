@@ -1,6 +1,6 @@
 """The rights each coordinator operation needs (Kafka's, operation by operation).
 
-Shared by the FastAPI routes and the ASGI fast paths (``hotpaths.py``), so a request is
+Shared by the FastAPI routes and their fast paths (``eos_server/fastpath.py``), so a request is
 judged the same whichever of them answers it.
 
 | operation | needs |
