@@ -33,7 +33,7 @@ import psycopg
 import uvloop
 
 from eos_bench.harness import CLK_TCK, Conn, cpu_seconds
-from tests.support.processes import ServiceProcess, free_port
+from eos_cli.launcher import ClusterPlan, LocalCluster
 
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 TOKEN = "bench-internal-token-0123456789abcdef"
@@ -281,52 +281,16 @@ def main() -> None:
         conn.execute(f'CREATE DATABASE "{dbname}"')
     url = f"postgresql+psycopg://{PG['user']}@{PG['host']}:{PG['port']}/{dbname}"
     work = Path(tempfile.mkdtemp(prefix="eos-bench-"))
-    coord_port, node_port = free_port(), free_port()
-    coord_url, node_url = f"http://127.0.0.1:{coord_port}", f"http://127.0.0.1:{node_port}"
-    node = ServiceProcess(
-        "partition_service",
-        [
-            "--node-id",
-            "1",
-            "--port",
-            str(node_port),
-            "--data-dir",
-            str(work / "node"),
-            "--internal-token",
-            TOKEN,
-            "--coordinator-url",
-            coord_url,
-            "--log-level",
-            "warning",
-            "--group-offset-partitions",
-            "5",
-        ],
-        node_port,
-        work / "node.log",
-    )
-    coordinator = ServiceProcess(
-        "coordinator_service",
-        [
-            "--port",
-            str(coord_port),
-            "--database-url",
-            url,
-            "--nodes",
-            f"1={node_url}",
-            "--internal-token",
-            TOKEN,
-            "--log-level",
-            "warning",
-            "--group-offset-partitions",
-            "5",
-        ],
-        coord_port,
-        work / "coordinator.log",
-    )
+    cluster = LocalCluster(
+        ClusterPlan(
+            data_dir=work, nodes=1, port_base=None, database_url=url, token=TOKEN,
+            group_offset_partitions=5, own_session=False,
+        )
+    )  # fmt: skip
+    node, coordinator = cluster.node(1), cluster.coordinators[0]
+    coord_port, node_port, coord_url = coordinator.port, node.port, coordinator.url
     try:
-        (work / "node").mkdir(parents=True)
-        node.start()
-        coordinator.start()
+        cluster.start()
         httpx.post(
             f"{coord_url}/v1/topics", json={"name": "bench", "partitions": args.partitions}
         ).raise_for_status()
@@ -345,8 +309,7 @@ def main() -> None:
             )
         )
         xact1, rows1 = pg_stats(dbname)
-        coordinator.stop()
-        node.stop()
+        cluster.stop()
         committed, elapsed = int(result["committed"]), float(result["elapsed"])  # type: ignore[arg-type]
         latencies: list[float] = result["latencies"]  # type: ignore[assignment]
         steps: dict[str, list[float]] = result["steps"]  # type: ignore[assignment]
@@ -396,8 +359,7 @@ def main() -> None:
         print(f"retried adds (503): {RETRIES[0]}")
         print(f"target >= 500 txn/s: {'met' if rate >= 500 else 'NOT met'}")
     finally:
-        coordinator.stop()
-        node.stop()
+        cluster.stop()
         with admin() as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
         shutil.rmtree(work, ignore_errors=True)

@@ -35,9 +35,9 @@ from eos_bench.bench_coordinator import (
     pg_limit,
     pg_stats,
 )
-from eos_bench.harness import TOKEN, Conn, HttpError, cpu_seconds, free_port
+from eos_bench.harness import TOKEN, Conn, HttpError, cpu_seconds
+from eos_cli.launcher import ClusterPlan, LocalCluster
 from sdk import AsyncTransactionalProducer
-from tests.support.processes import ServiceProcess
 
 TOPIC = "bench"
 TOPIC_PARTITIONS = 16
@@ -102,21 +102,14 @@ def db_url(dbname: str) -> str:
     return f"postgresql+psycopg://{PG['user']}@{PG['host']}:{PG['port']}/{dbname}"
 
 
-def node_process(work: Path, port: int, coord_url: str) -> ServiceProcess:
-    args = ["--node-id", "1", "--port", str(port), "--data-dir", str(work / "node")]
-    args += ["--internal-token", TOKEN, "--coordinator-url", coord_url]
-    args += ["--log-level", "warning", "--group-offset-partitions", "5"]
-    (work / "node").mkdir(parents=True, exist_ok=True)
-    return ServiceProcess("partition_service", args, port, work / "node.log")
-
-
-def coordinator_process(
-    work: Path, port: int, dbname: str, node_url: str, name: str, *extra: str
-) -> ServiceProcess:
-    args = ["--port", str(port), "--database-url", db_url(dbname), "--nodes", f"1={node_url}"]
-    args += ["--internal-token", TOKEN, "--log-level", "warning"]
-    args += ["--group-offset-partitions", "5", "--public-url", f"http://127.0.0.1:{port}"]
-    return ServiceProcess("coordinator_service", [*args, *extra], port, work / f"{name}.log")
+def bench_plan(work: Path, dbname: str, coordinators: int = 1, **options: Any) -> ClusterPlan:
+    """One storage node and ``coordinators`` coordinators on database ``dbname``, on free
+    ports: the launcher's plan, as ``eos up`` runs it."""
+    return ClusterPlan(
+        data_dir=work, nodes=1, coordinators=coordinators, port_base=None,
+        database_url=db_url(dbname), token=TOKEN, group_offset_partitions=5,
+        own_session=False, **options,
+    )  # fmt: skip
 
 
 class Services:
@@ -124,15 +117,12 @@ class Services:
 
     def __init__(self, work: Path, dbname: str) -> None:
         self.dbname = dbname
-        self.coord_port, self.node_port = free_port(), free_port()
-        coord_url = f"http://127.0.0.1:{self.coord_port}"
-        node_url = f"http://127.0.0.1:{self.node_port}"
-        self.node = node_process(work, self.node_port, coord_url)
-        self.coordinator = coordinator_process(work, self.coord_port, dbname, node_url, "coord")
+        self.cluster = LocalCluster(bench_plan(work, dbname))
+        self.node, self.coordinator = self.cluster.node(1), self.cluster.coordinators[0]
+        self.coord_port, self.node_port = self.coordinator.port, self.node.port
 
     def start(self) -> Services:
-        self.node.start()
-        self.coordinator.start()
+        self.cluster.start()
         for name, count in ((TOPIC, TOPIC_PARTITIONS), (E2E_TOPIC, 1)):
             httpx.post(
                 f"{self.coordinator.url}/v1/topics",
@@ -146,8 +136,7 @@ class Services:
         return {"coordinator": self.coordinator.process.pid, "node": self.node.process.pid}
 
     def stop(self) -> None:
-        self.coordinator.stop()
-        self.node.stop()
+        self.cluster.stop()
 
 
 # -- one transactional producer ---------------------------------------------------------------
@@ -354,21 +343,16 @@ def failover(lease_ms: int) -> dict[str, Any]:
     """Two coordinators on one PostgreSQL database; the owner of a transactional id is
     SIGKILLed and the survivor is asked, in a loop, to run a transaction for that id."""
     work = Path(tempfile.mkdtemp(prefix="eos-bench-failover-"))
-    ports = [free_port(), free_port()]
-    node_port = free_port()
-    node_url = f"http://127.0.0.1:{node_port}"
     lease = ("--lease-ms", str(lease_ms))
     try:
         with pg_database("eos_failover") as dbname:
-            procs = [node_process(work, node_port, f"http://127.0.0.1:{ports[1]}")]
-            procs += [
-                coordinator_process(work, port, dbname, node_url, f"coord-{i}", *lease)
-                for i, port in enumerate(ports)
-            ]
+            plan = bench_plan(work, dbname, coordinators=2, coordinator_flags=lease)
+            plan.verify_with = {1: plan.coordinator_urls[1]}
+            cluster = LocalCluster(plan)
+            node_url = cluster.node(1).url
             try:
-                for proc in procs:
-                    proc.start()
-                a, b = procs[1], procs[2]
+                cluster.start()
+                a, b = cluster.coordinators
                 with httpx.Client(timeout=30) as client:
                     client.post(
                         f"{b.url}/v1/topics", json={"name": TOPIC, "partitions": 1}
@@ -392,8 +376,7 @@ def failover(lease_ms: int) -> dict[str, Any]:
                             time.sleep(0.01)
                     took = time.monotonic() - killed
             finally:
-                for proc in reversed(procs):
-                    proc.stop()
+                cluster.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"lease_ms": lease_ms, "seconds": round(took, 3), "attempts": attempts}

@@ -14,20 +14,18 @@ During the first start the supervisor does not restart anything: a service dying
 the cluster was ever ready is a configuration error to show at once, not to retry.
 
 Each running service's pid is kept in ``<data-dir>/run/<service>.pid`` so that scripts
-and tests can find (and kill) one particular service.
+and tests can find (and kill) one particular service. The services themselves are
+``eos_cli.launcher.ServiceProcess``, the same the tests and the benchmarks start.
 """
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
+from eos_cli.launcher import ServiceProcess, describe_exit
 
 Clock = Callable[[], float]
 Report = Callable[[str], None]
@@ -37,18 +35,6 @@ def report_to_stderr(line: str) -> None:
     """Plain stderr lines (no rich markup or wrapping), one event per line, so that a log
     collector or ``grep`` sees each death and restart whole."""
     print(line, file=sys.stderr, flush=True)
-
-
-def describe_exit(returncode: int) -> str:
-    """``exited with code 3`` or ``was killed by SIGKILL``: Popen reports a death by
-    signal as the negated signal number, which means little to a reader."""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by {name}"
-    return f"exited with code {returncode}"
 
 
 class RestartPolicy:
@@ -91,69 +77,10 @@ class RestartPolicy:
 
 
 @dataclass
-class Service:
-    """One child process: how to start it, where it logs, and where its pid is kept."""
-
-    name: str
-    url: str
-    argv: list[str]
-    log_path: Path
-    pid_path: Path | None = None
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self, env: dict[str, str]) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # Ctrl-C reaches only us; we stop the children
-            )
-        if self.pid_path is not None:
-            self.pid_path.parent.mkdir(parents=True, exist_ok=True)
-            self.pid_path.write_text(f"{self.process.pid}\n")
-
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
-
-    def exit_code(self) -> int | None:
-        """The exit code once the process has ended (reaping it), else None."""
-        return self.process.poll() if self.process is not None else None
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def ready(self) -> bool:
-        """``/readyz`` answers 200; False while it cannot be reached or is still loading."""
-        try:
-            return httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def forget_pid(self) -> None:
-        if self.pid_path is not None:
-            self.pid_path.unlink(missing_ok=True)
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within ``timeout``."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.forget_pid()
-
-
-@dataclass
 class _Watch:
     """The supervisor's view of one service between two passes."""
 
-    service: Service
+    service: ServiceProcess
     policy: RestartPolicy
     restart_at: float | None = None  # set while dead and waiting out its backoff
     announce_ready: bool = False  # restarted, not yet seen ready
@@ -169,15 +96,15 @@ class Supervisor:
 
     def __init__(
         self,
-        services: Sequence[Service],
-        env: dict[str, str],
+        services: Sequence[ServiceProcess],
+        env: Mapping[str, str] | None = None,
         *,
         clock: Clock = time.monotonic,
         report: Report = report_to_stderr,
         policy: Callable[[Clock], RestartPolicy] = default_policy,
     ) -> None:
         self.services = list(services)
-        self.env = env
+        self.env = env  # None: each service's own environment
         self.clock = clock
         self.report = report
         self._watches = [_Watch(s, policy(clock)) for s in self.services]
@@ -190,7 +117,7 @@ class Supervisor:
     def launch(self) -> None:
         """Start every service, without waiting for any."""
         for watch in self._watches:
-            watch.service.start(self.env)
+            watch.service.launch(self.env)
             watch.policy.started()
 
     def wait_ready(self, timeout: float, stopping: Callable[[], bool] = lambda: False) -> None:
@@ -246,7 +173,7 @@ class Supervisor:
         service = watch.service
         watch.restart_at = None
         try:
-            service.start(self.env)
+            service.launch(self.env)
         except OSError as exc:  # e.g. too many processes: wait longer and try again
             delay = watch.policy.died()
             watch.restart_at = self.clock() + delay

@@ -11,149 +11,27 @@ batches while one coordinator is down. Once the cluster is ready, ``eos up`` sup
 it (``eos_cli.supervisor``): a service that dies is reported on stderr and restarted
 with a growing delay while the others keep running. Ctrl-C or SIGTERM stops every child
 cleanly (SIGTERM, then SIGKILL for any that hangs).
+
+The plan and its services come from ``eos_cli.launcher``, which the tests and the
+benchmarks start their clusters with too.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
 import signal
-import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
 
 from rich.console import Console
 from rich.markup import escape
 
-from eos_cli.supervisor import Service, Supervisor
-from eos_security.tokens import new_token, token_entry
+from eos_cli.launcher import ADMIN, ClusterPlan
+from eos_cli.supervisor import Supervisor
+
+__all__ = ["Cluster", "ClusterPlan", "run_up"]
 
 console = Console(stderr=True)
-ADMIN = "User:admin"
-
-
-@dataclass
-class ClusterPlan:
-    data_dir: Path
-    nodes: int = 3
-    coordinators: int = 1
-    port_base: int = 8080
-    host: str = "127.0.0.1"
-    database_url: str | None = None
-    log_level: str = "warning"
-    auth: bool = False
-
-    def __post_init__(self) -> None:
-        if self.coordinators > 1 and not self.database_url:
-            raise ValueError("several coordinators need a shared PostgreSQL --database-url")
-        self.data_dir = self.data_dir.resolve()
-
-    @property
-    def coordinator_urls(self) -> list[str]:
-        return [f"http://{self.host}:{self.port_base + i}" for i in range(self.coordinators)]
-
-    @property
-    def bootstrap_list(self) -> str:
-        """Every coordinator, comma-separated: what nodes and clients are given, so that
-        any one coordinator being down is not an outage for them."""
-        return ",".join(self.coordinator_urls)
-
-    @property
-    def node_urls(self) -> dict[int, str]:
-        return {
-            n: f"http://{self.host}:{self.port_base + 10 + n}" for n in range(1, self.nodes + 1)
-        }
-
-    def internal_token(self) -> str:
-        """The cluster's internal token, made on first start and kept with the data."""
-        path = self.data_dir / "internal-token"
-        if not path.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            path.write_text(secrets.token_urlsafe(32))
-            path.chmod(0o600)
-        return path.read_text().strip()
-
-    def admin_token(self) -> str:
-        """With ``auth``: the super user's token, made on first start with the tokens file
-        (which holds only its hash) and kept beside the internal token, as a local
-        cluster's operator needs it again after a restart."""
-        path = self.data_dir / "admin-token"
-        tokens = self.data_dir / "tokens.toml"
-        if not path.exists() or not tokens.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            token = new_token()
-            tokens.write_text(token_entry(ADMIN, token))
-            path.write_text(token)
-            path.chmod(0o600)
-        return path.read_text().strip()
-
-    def service(self, name: str, url: str, argv: list[str]) -> Service:
-        slug = name.replace(" ", "-")
-        return Service(
-            name,
-            url,
-            argv,
-            log_path=self.data_dir / "logs" / f"{slug}.log",
-            pid_path=self.data_dir / "run" / f"{slug}.pid",
-        )
-
-    def build(self) -> list[Service]:
-        python = sys.executable
-        nodes_spec = ",".join(f"{n}={url}" for n, url in self.node_urls.items())
-        children: list[Service] = []
-        for n, url in self.node_urls.items():
-            argv = [
-                python,
-                "-m",
-                "partition_service",
-                "--node-id",
-                str(n),
-                "--host",
-                self.host,
-                "--port",
-                url.rsplit(":", 1)[1],
-                "--data-dir",
-                str(self.data_dir / f"node-{n}"),
-                "--coordinator-url",
-                self.bootstrap_list,
-                "--log-level",
-                self.log_level,
-            ]
-            children.append(self.service(f"node {n}", url, argv))
-        for i, url in enumerate(self.coordinator_urls):
-            argv = [
-                python,
-                "-m",
-                "coordinator_service",
-                "--host",
-                self.host,
-                "--port",
-                url.rsplit(":", 1)[1],
-                "--nodes",
-                nodes_spec,
-                "--public-url",
-                url,
-                "--data-dir",
-                str(self.data_dir / "coordinator"),
-                "--log-level",
-                self.log_level,
-            ]
-            if self.database_url:
-                argv += ["--database-url", self.database_url]
-            children.append(self.service(f"coordinator {i + 1}", url, argv))
-        return children
-
-    def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["EOS_INTERNAL_TOKEN"] = self.internal_token()
-        if self.auth:
-            self.admin_token()
-            env["EOS_AUTH_TOKENS_FILE"] = str(self.data_dir / "tokens.toml")
-            env["EOS_SUPER_USERS"] = ADMIN
-        return env
 
 
 class Cluster:
@@ -163,7 +41,7 @@ class Cluster:
     def __init__(self, plan: ClusterPlan) -> None:
         self.plan = plan
         self.children = plan.build()
-        self.supervisor = Supervisor(self.children, plan.environment())
+        self.supervisor = Supervisor(self.children)
 
     def start(self, timeout: float = 120.0, stopping: Callable[[], bool] = lambda: False) -> None:
         self.supervisor.start(timeout, stopping)

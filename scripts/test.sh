@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: makes a virtualenv, installs the project
 # with its dev tools, starts PostgreSQL if it is down, then ruff, mypy and pytest.
-# Extra arguments go to pytest (e.g. `-m "not slow"` or `-k fetch`).
+# Extra arguments go to pytest (e.g. `-m unit`, `-m "not slow"` or `-k fetch`).
+#
+# The tests mostly wait on processes (services starting, crash tests, paced workloads),
+# so they run in EOS_TEST_WORKERS pytest-xdist workers (default 4, measured on two cores),
+# the tests of one module-scoped fixture or lane on one worker (`--dist loadgroup` in
+# pyproject.toml; docs/testing.md). `-m unit` runs in this process: it takes seconds, less
+# than starting the workers would. An explicit `-n` is left to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,8 +31,16 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy sdk eos_protocol eos_server partition_service coordinator_service eos_cli spark_jobs eos_security
 echo "== pytest"
+parallel=(-n "${EOS_TEST_WORKERS:-4}")
+previous=""
+for arg in "$@"; do
+  if [[ "$previous $arg" == "-m unit" || "$arg" == -n* || "$arg" == --numprocesses* ]]; then
+    parallel=()
+  fi
+  previous=$arg
+done
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "${parallel[@]}" "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

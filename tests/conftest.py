@@ -1,4 +1,15 @@
-"""Shared fixtures."""
+"""Shared fixtures and the test layers.
+
+Layers (``docs/testing.md``): ``unit`` tests start no process and touch no database or
+network (``tests.support.unit_guard`` fails one that does); everything else needs real
+processes, PostgreSQL or Spark and runs in parallel under pytest-xdist, with the tests of
+one module-scoped fixture or one ``xdist_group`` lane kept on one worker
+(``tests.support.xdist_groups``).
+
+Clusters come from one factory (``tests.support.cluster``) in three scopes:
+``cluster_factory`` (a test), ``module_cluster_factory`` (a module) and
+``session_cluster_factory`` (the session, with ``.shared()`` for the common cluster).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +18,43 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cluster import ClusterFactory
 from tests.support.nodes import NodeProcess
+from tests.support.unit_guard import UnitGuard
+
+pytest_plugins = ["pytester", "tests.chaos.report", "tests.support.xdist_groups"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(UnitGuard(), "unit-guard")
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[ClusterFactory]:
+    """Clusters for this test: ``cluster_factory(nodes=3, database="postgres")``."""
+    with ClusterFactory(tmp_path / "clusters") as factory:
+        yield factory
+
+
+@pytest.fixture(scope="module")
+def module_cluster_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ClusterFactory]:
+    """Clusters for the tests of one module, stopped when the module is done."""
+    with ClusterFactory(tmp_path_factory.mktemp("clusters")) as factory:
+        yield factory
+
+
+@pytest.fixture(scope="session")
+def session_cluster_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterFactory]:
+    """Clusters that live for the session (on each xdist worker); ``.shared(spec)``."""
+    with ClusterFactory(tmp_path_factory.mktemp("clusters")) as factory:
+        yield factory
 
 
 @pytest.fixture
 def node_factory(tmp_path: Path) -> Iterator[type[NodeProcess]]:
-    """Start node processes in this test's temp dir; all are stopped at the end."""
+    """Start single node processes in this test's temp dir; all are stopped at the end."""
     started: list[NodeProcess] = []
 
     class TrackedNode(NodeProcess):

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import io
 import json
-import sys
-from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
+from eos_bench.suite import ratios
+from eos_bench.suite_report import docs_page, emit, table
 from eos_cli.main import app
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.suite import ratios  # noqa: E402
-from bench.suite_report import docs_page, emit, table  # noqa: E402
+pytestmark = pytest.mark.unit
 
 
 def _load(rate: int) -> dict[str, object]:

@@ -7,6 +7,8 @@ import pytest
 from eos_protocol import errors
 from eos_protocol.errors import CATALOGUE, ErrorClass, error_for
 
+pytestmark = pytest.mark.unit
+
 DESIGN_CODES = {
     400: ["INVALID_REQUEST", "INVALID_TRANSACTION_TIMEOUT", "INVALID_RECORD"],
     401: ["UNAUTHENTICATED"],

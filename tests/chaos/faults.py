@@ -21,20 +21,20 @@ from pathlib import Path
 
 import httpx
 
-from tests.chaos.cluster import ClusterSpec, PrivatePostgres
+from tests.chaos.cluster import PrivatePostgres, chaos_spec
 from tests.chaos.copier import EXIT_FENCED
 from tests.chaos.history import History, OutputValue, TxnKey, load_copiers, read_events
-from tests.chaos.proxy import NO_FAULTS, FaultPlan
 from tests.chaos.workload import CopierSlot, Workload, describe_txn, wait_for
 from tests.support.coordinators import temp_database
 from tests.support.processes import wait_until
+from tests.support.proxy import NO_FAULTS, FaultPlan
 
 
 class Fault:
     """The base: a shared throw-away database, no injection."""
 
     name = "none"
-    spec = ClusterSpec()
+    spec = chaos_spec()
     txn_timeout_ms = 15_000
 
     def __init__(self) -> None:
@@ -67,7 +67,7 @@ class NodeKill(Fault):
     """SIGKILL a storage node (fsync on, as in production) and start it again."""
 
     name = "node SIGKILL + restart"
-    spec = ClusterSpec(nodes=2, fsync=True)
+    spec = chaos_spec(nodes=2, fsync=True)
 
     def inject(self, workload: Workload, k: int) -> None:
         node_id = 1 + k % len(workload.cluster.nodes)
@@ -80,7 +80,7 @@ class CoordinatorKill(Fault):
     other has taken over the copiers' transactional ids, then start the dead one again."""
 
     name = "coordinator SIGKILL + failover"
-    spec = ClusterSpec(coordinators=2, lease_ms=2000)
+    spec = chaos_spec(coordinators=2, lease_ms=2000)
 
     def inject(self, workload: Workload, k: int) -> None:
         cluster = workload.cluster
@@ -126,7 +126,7 @@ class CoordinatorFailover(Fault):
     the time from the kill to the first commit acknowledged after it."""
 
     name = "configured coordinator SIGKILL, no restart until commits resume"
-    spec = ClusterSpec(coordinators=2, lease_ms=2000, entry=0, coordinator_timeout_ms=1000)
+    spec = chaos_spec(coordinators=2, lease_ms=2000, entry=0, coordinator_timeout_ms=1000)
     #: A stall longer than this is a defect, not noise (the target is lease + 1 s).
     LIMIT_S = 10.0
 
@@ -159,7 +159,7 @@ class CoordinatorFailover(Fault):
             "every node to know every coordinator",
             lambda: all(
                 _known_coordinators(node.url) >= len(cluster.coordinators)
-                for node in cluster.nodes.values()
+                for node in cluster.nodes
             ),
             timeout=30,
         )
@@ -373,12 +373,17 @@ class CopierKill(Fault):
 class ProxyFaults(Fault):
     """Answers between a coordinator and a node slowed and dropped after the request was
     applied, in both directions (markers and partition calls one way, transaction
-    verification the other); every other window also client traffic to that node."""
+    verification the other); every other window also client traffic to that node.
+
+    The windows with client traffic are the even ones, the first and the last: the
+    coordinator-node traffic alone is a few marker calls per transaction (fewer still on a
+    busy machine, where markers queue up and go out in batches), so the window that has
+    nothing else must open while plenty of the copy is left to do."""
 
     name = "coordinator<->node slow/dropped answers"
     # The proxied node asks only through the proxy: learning the coordinators behind it
     # would let it route around the faults this case is about.
-    spec = ClusterSpec(proxied_node=1, node_extra=("--no-learn-coordinators",))
+    spec = chaos_spec(proxied_node=1, node_flags=("--no-learn-coordinators",))
     WANT = 2  # answers dropped on the node's side per window (and one on the other side)
 
     def inject(self, workload: Workload, k: int) -> None:
@@ -386,7 +391,7 @@ class ProxyFaults(Fault):
         node, coordinator = cluster.node_proxy, cluster.coordinator_proxy
         assert node is not None and coordinator is not None
         proxies = [node, coordinator]
-        paths = ("/internal/",) if k % 2 == 0 else ("/internal/", "/v1/")
+        paths = ("/internal/", "/v1/") if k % 2 == 0 else ("/internal/",)
         plan = FaultPlan(paths=paths, delay_rate=0.3, delay_s=0.4, drop_rate=0.35)
         before = [proxy.counts["dropped"] for proxy in proxies]
         for proxy in proxies:

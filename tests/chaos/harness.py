@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tests.chaos.checker import ABORTED_READ, DUPLICATE, LOST, Report, Status, check
-from tests.chaos.cluster import ChaosCluster
 from tests.chaos.faults import Fault, commit_times, run_dir
 from tests.chaos.workload import Workload, WorkloadConfig
+from tests.support.cluster import ClusterFactory
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,8 @@ def run_case(fault: Fault, mode: Mode, root: Path) -> tuple[Report, Row, list[st
         deadline_s=mode.deadline_s,
         pace=mode.pace,
     )
-    with fault.database() as database_url:
-        cluster = ChaosCluster(root / "cluster", database_url, fault.spec).start()
+    with fault.database() as database_url, ClusterFactory(root) as clusters:
+        cluster = clusters(fault.spec, database=database_url)
         workload = Workload(cluster, run_dir(root, fault), config)
         try:
             workload.prepare()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,8 +21,8 @@ import httpx
 import pytest
 
 from sdk import Producer, TransactionalProducer
-from tests.chaos.cluster import ChaosCluster, ClusterSpec
-from tests.support.coordinators import temp_database
+from tests.chaos.cluster import chaos_spec
+from tests.support.cluster import Cluster, ClusterFactory
 from tests.support.envelope import envelope_problems
 from tests.support.nodes import INTERNAL_TOKEN
 
@@ -39,7 +38,7 @@ class Target:
     """The cluster under attack and the state it must keep: a topic with records on both
     nodes, a committed transaction and a group's committed offset."""
 
-    cluster: ChaosCluster
+    cluster: Cluster
     topic: str = field(default_factory=lambda: f"bad-{uuid.uuid4().hex[:8]}")
     tid: str = field(default_factory=lambda: f"bad-tx-{uuid.uuid4().hex[:8]}")
     group: str = field(default_factory=lambda: f"bad-g-{uuid.uuid4().hex[:8]}")
@@ -75,32 +74,29 @@ class Target:
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    spec = ClusterSpec(
-        node_extra=(
+def target(module_cluster_factory: ClusterFactory) -> Target:
+    spec = chaos_spec(
+        database="postgres",
+        node_flags=(
             "--max-request-bytes", str(MAX_REQUEST_BYTES),
             "--max-record-bytes", str(MAX_RECORD_BYTES),
-        )
+        ),
     )  # fmt: skip
-    with temp_database() as url:
-        cluster = ChaosCluster(tmp_path_factory.mktemp("bad-input"), url, spec).start()
-        try:
-            made = Target(cluster)
-            url = made.coordinator
-            httpx.post(f"{url}/v1/topics", json={"name": made.topic, "partitions": 2}, timeout=10)
-            with Producer(url) as producer:
-                for i in range(6):
-                    producer.send(made.topic, f"plain-{i}", partition=i % 2)
-            with TransactionalProducer(url, made.tid) as txn:
-                txn.init_transactions()
-                with txn.transaction():
-                    txn.send(made.topic, "committed", partition=0)
-                    txn.send_offsets_to_transaction({(made.topic, 0): 3}, made.group)
-            yield made
-        finally:
-            cluster.stop()
+    made = Target(module_cluster_factory(spec))
+    url = made.coordinator
+    httpx.post(f"{url}/v1/topics", json={"name": made.topic, "partitions": 2}, timeout=10)
+    with Producer(url) as producer:
+        for i in range(6):
+            producer.send(made.topic, f"plain-{i}", partition=i % 2)
+    with TransactionalProducer(url, made.tid) as txn:
+        txn.init_transactions()
+        with txn.transaction():
+            txn.send(made.topic, "committed", partition=0)
+            txn.send_offsets_to_transaction({(made.topic, 0): 3}, made.group)
+    return made
 
 
+@pytest.mark.unit
 def test_the_envelope_rules_catch_what_they_must() -> None:
     """The checks below are only as good as this function: it must object."""
     assert envelope_problems(

@@ -26,6 +26,8 @@ from tests.chaos.checker import (
 )
 from tests.chaos.history import CopierHistory, History, OutputValue, Read
 
+pytestmark = pytest.mark.unit
+
 
 @dataclass
 class Run:

@@ -18,7 +18,15 @@ MODE = current_mode()
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(MODE.test_timeout_s)]
 
 
-@pytest.mark.parametrize("fault_type", FAULTS, ids=lambda f: f.__name__)
+# Two lanes of fault cases (``tests.support.xdist_groups``): more at once would squeeze
+# the paced workloads and their failover deadlines on a small machine.
+CASES = [
+    pytest.param(fault, id=fault.__name__, marks=pytest.mark.xdist_group(f"chaos-{i % 2}"))
+    for i, fault in enumerate(FAULTS)
+]
+
+
+@pytest.mark.parametrize("fault_type", CASES)
 def test_exactly_once_under(fault_type: type[Fault], tmp_path: Path, chaos_rows: list[Row]) -> None:
     if fault_type.__name__ == "PostgresRestart" and not available():
         pytest.skip("no PostgreSQL binaries to run a private instance with")

@@ -21,7 +21,6 @@ from pathlib import Path
 import httpx
 
 from sdk import AdminClient, Consumer, Producer, TopicPartition
-from tests.chaos.cluster import ChaosCluster
 from tests.chaos.history import (
     History,
     copier_history_path,
@@ -29,6 +28,7 @@ from tests.chaos.history import (
     read_events,
     reads_from_events,
 )
+from tests.support.cluster import Cluster
 from tests.support.processes import wait_until
 
 
@@ -59,7 +59,7 @@ class CopierSlot:
 
 
 class Workload:
-    def __init__(self, cluster: ChaosCluster, directory: Path, config: WorkloadConfig) -> None:
+    def __init__(self, cluster: Cluster, directory: Path, config: WorkloadConfig) -> None:
         self.cluster = cluster
         self.dir = directory
         self.config = config

@@ -23,6 +23,8 @@ from pydantic_settings import BaseSettings
 from coordinator_service.settings import CoordinatorSettings
 from partition_service.settings import NodeSettings
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 INTERPOLATION = re.compile(r"\$\$|\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 COORDINATORS = ["coordinator-1", "coordinator-2"]

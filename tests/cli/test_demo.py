@@ -3,18 +3,19 @@ exactly-once pipeline with a task that fails once, and the check."""
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 
 import pytest
 
+from tests.support.processes import free_port_base
+
 pytest.importorskip("pyspark")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]  # Spark, beside the others
 
 
 def test_demo_reports_exactly_once_with_a_retried_task() -> None:
-    base = random.randrange(10_000, 19_900, 100)  # below the ephemeral port range
+    base = free_port_base((0, 11, 12, 13))
     result = subprocess.run(
         [
             sys.executable,

@@ -6,7 +6,6 @@ restart delays are checked on a fake clock with real short-lived processes."""
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
 import socket
@@ -19,21 +18,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from eos_cli.supervisor import RestartPolicy, Service, Supervisor, describe_exit
+from eos_cli.launcher import ServiceProcess, describe_exit
+from eos_cli.supervisor import RestartPolicy, Supervisor
 from sdk import Consumer, TransactionalProducer
-from tests.support.processes import wait_until
+from tests.support.processes import free_port_base, wait_until
 
 
 def port_free(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) != 0
-
-
-def free_base() -> int:
-    while True:
-        base = random.randrange(20_000, 32_000, 100)  # below the ephemeral range
-        if all(port_free(base + offset) for offset in (0, 1, 11, 12, 13)):
-            return base
 
 
 def eos(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -110,7 +103,7 @@ class Up:
 
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[Up]:
-    cluster = Up(tmp_path / "data", free_base())
+    cluster = Up(tmp_path / "data", free_port_base())
     yield cluster
     if cluster.running():
         cluster.stop()
@@ -178,7 +171,7 @@ def test_several_coordinators_need_postgresql(tmp_path: Path) -> None:
 def test_up_with_two_coordinators_on_postgresql_and_auth_on(tmp_path: Path) -> None:
     from tests.support.coordinators import temp_database
 
-    base = free_base()
+    base = free_port_base()
     with temp_database() as url:
         up = Up(
             tmp_path / "d",
@@ -275,7 +268,7 @@ def test_up_restarts_a_dead_service_while_the_others_run_on(tmp_path: Path) -> N
     second quick death of node 1 waits twice as long. Ctrl-C then stops everything."""
     from tests.support.coordinators import temp_database
 
-    base = free_base()
+    base = free_port_base()
     ports = {
         "coordinator-1": base,
         "coordinator-2": base + 1,
@@ -332,6 +325,7 @@ class FakeClock:
         self.now += seconds
 
 
+@pytest.mark.unit
 def test_backoff_doubles_to_a_cap_and_starts_over_after_a_long_life() -> None:
     clock = FakeClock()
     policy = RestartPolicy(clock=clock)
@@ -361,19 +355,19 @@ def test_supervisor_restarts_a_real_process_on_a_fake_clock(tmp_path: Path) -> N
     clock = FakeClock()
     lines: list[str] = []
     starts = tmp_path / "starts"
-    crasher = Service(
+    crasher = ServiceProcess(
         "crasher",
-        "http://127.0.0.1:9",
         [sys.executable, "-c", f"open({str(starts)!r}, 'a').write('x'); raise SystemExit(3)"],
-        tmp_path / "logs" / "crasher.log",
-        tmp_path / "run" / "crasher.pid",
+        port=9,
+        log_path=tmp_path / "logs" / "crasher.log",
+        pid_path=tmp_path / "run" / "crasher.pid",
     )
-    steady = Service(
+    steady = ServiceProcess(
         "steady",
-        "http://127.0.0.1:9",
         [sys.executable, "-c", "import time; time.sleep(120)"],
-        tmp_path / "logs" / "steady.log",
-        tmp_path / "run" / "steady.pid",
+        port=9,
+        log_path=tmp_path / "logs" / "steady.log",
+        pid_path=tmp_path / "run" / "steady.pid",
     )
     supervisor = Supervisor([crasher, steady], dict(os.environ), clock=clock, report=lines.append)
     try:
@@ -412,6 +406,7 @@ def test_supervisor_restarts_a_real_process_on_a_fake_clock(tmp_path: Path) -> N
     assert not list((tmp_path / "run").glob("*.pid"))
 
 
+@pytest.mark.unit
 def test_describe_exit() -> None:
     assert describe_exit(3) == "exited with code 3"
     assert describe_exit(0) == "exited with code 0"

@@ -1,15 +1,14 @@
 """Fixtures of the coordinator tests: a fresh PostgreSQL database per test, fake storage
-nodes, and a factory of in-process coordinators that stops them all at the end."""
+nodes, and a factory of in-process coordinators that stops them all at the end. (Tests
+with real processes take their cluster from ``cluster_factory``.)"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.coordinator.cluster import Cluster, running_cluster
 from tests.support.coordinators import (
     FakeNodes,
     InProcessCoordinator,
@@ -57,10 +56,3 @@ def coordinator_factory(pg_url: str, fake_nodes: FakeNodes) -> Iterator[Coordina
 @pytest.fixture
 def coordinator(coordinator_factory: CoordinatorFactory) -> InProcessCoordinator:
     return coordinator_factory()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """Real storage nodes and coordinator processes on one fresh database."""
-    with running_cluster(tmp_path) as c:
-        yield c

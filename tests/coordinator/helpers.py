@@ -1,10 +1,14 @@
-"""Small HTTP helpers shared by the coordinator tests."""
+"""Small HTTP helpers shared by the coordinator tests: the public API through a client, and
+the nodes' and coordinators' APIs by URL for the tests with real processes."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
+
+from tests.support.processes import wait_until
 
 
 def ok(response: httpx.Response) -> Any:
@@ -44,3 +48,41 @@ def end(client: httpx.Client, tid: str, pid: int, epoch: int, action: str = "com
 
 def describe(client: httpx.Client, tid: str) -> dict[str, Any]:
     return dict(ok(client.get(f"/v1/transactions/{tid}")))
+
+
+def produce(node_url: str, topic: str, partition: int, pid: int, epoch: int, seq: int,
+            values: list[str]) -> dict[str, Any]:
+    response = httpx.post(
+        f"{node_url}/v1/partitions/{topic}/{partition}/records",
+        json={"producer_id": pid, "producer_epoch": epoch, "base_sequence": seq,
+              "transactional": True, "records": [{"key": None, "value": v} for v in values]},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def committed_values(node_url: str, topic: str, partition: int) -> list[str]:
+    response = httpx.get(
+        f"{node_url}/v1/partitions/{topic}/{partition}/records",
+        params={"offset": 0, "isolation_level": "read_committed"}, timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    return [r["value"] for r in response.json()["records"]]
+
+
+def state_of(url: str, tid: str) -> str:
+    return str(httpx.get(f"{url}/v1/transactions/{tid}", timeout=10).json()["state"])
+
+
+def wait_state(url: str, tid: str, state: str, timeout: float) -> float:
+    """Poll until ``tid`` is in ``state``; returns the seconds it took."""
+    start = time.monotonic()
+    wait_until(lambda: state_of(url, tid) == state, timeout=timeout, interval=0.05,
+               what=f"{tid} to reach {state}")
+    return time.monotonic() - start
+
+
+def leaders(url: str, topic: str) -> dict[int, int]:
+    answer = httpx.get(f"{url}/v1/topics/{topic}", timeout=10).json()
+    return {p["partition"]: p["leader"]["node_id"] for p in answer["partitions"]}

@@ -93,6 +93,7 @@ def test_all_instances_down_is_coordinator_not_available() -> None:
     asyncio.run(check())
 
 
+@pytest.mark.unit
 def test_set_aside_instances_come_back_first_by_time() -> None:
     now = [100.0]
     pool = CoordinatorPool(

@@ -9,19 +9,22 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from tests.coordinator.cluster import (
-    Cluster,
-    committed_values,
-    leaders,
-    produce,
-    state_of,
-    wait_state,
-)
+from tests.coordinator.helpers import committed_values, leaders, produce, state_of, wait_state
+from tests.support.cluster import Cluster, ClusterFactory
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.slow
 
 LEASE_MS = 3000
+
+
+def two_coordinators(cluster_factory: ClusterFactory, *flags: str) -> Cluster:
+    """Real nodes (fsync on) verifying with the second coordinator; the first one starts
+    first and so takes every lease."""
+    return cluster_factory(
+        database="postgres", coordinators=2, entry=1, fsync=True, fast_loops=False,
+        lease_ms=LEASE_MS, coordinator_flags=flags,
+    )
 
 
 def _owner(url: str, tid: str) -> str:
@@ -30,16 +33,12 @@ def _owner(url: str, tid: str) -> str:
 
 
 def test_survivor_completes_a_commit_whose_owner_was_killed_before_its_markers(
-    cluster: Cluster,
+    cluster_factory: ClusterFactory,
 ) -> None:
-    lease = ["--lease-ms", str(LEASE_MS)]
-    b_url = f"http://127.0.0.1:{cluster.coordinator_ports[1]}"
-    for n in cluster.node_ports:
-        cluster.start_node(n, verify_with=b_url)
-    a = cluster.start_coordinator(0, *lease)
-    b = cluster.start_coordinator(1, *lease)
+    cluster = two_coordinators(cluster_factory)
+    a, b = cluster.coordinators
     tid = "killed-owner"
-    with a.client() as ca:
+    with httpx.Client(base_url=a.url, timeout=30) as ca:
         assert _owner(b.url, tid) == a.url
         ca.post("/v1/topics", json={"name": "orders", "partitions": 2}).raise_for_status()
         placement = leaders(a.url, "orders")
@@ -51,9 +50,9 @@ def test_survivor_completes_a_commit_whose_owner_was_killed_before_its_markers(
             **ident, "partitions": [{"topic": "orders", "partition": p} for p in (0, 1)],
         }).raise_for_status()
         for p, node in placement.items():
-            produce(cluster.nodes[node].url, "orders", p, pid, epoch, 0, [f"v{p}"])
+            produce(cluster.node(node).url, "orders", p, pid, epoch, 0, [f"v{p}"])
         # Hold the markers back: both nodes stop answering, A decides to commit...
-        for node in cluster.nodes.values():
+        for node in cluster.nodes:
             node.pause()
         try:
             answer = ca.post(f"/v1/transactions/{tid}/commit", json=ident)
@@ -61,14 +60,14 @@ def test_survivor_completes_a_commit_whose_owner_was_killed_before_its_markers(
             # ... and dies before any marker got through.
             a.kill()
         finally:
-            for node in cluster.nodes.values():
+            for node in cluster.nodes:
                 node.resume()
     assert state_of(b.url, tid) == "PrepareCommit"
     took = wait_state(b.url, tid, "CompleteCommit", timeout=LEASE_MS / 1000 + 10)
     assert took < LEASE_MS / 1000 + 3, f"takeover took {took:.1f}s"
     assert _owner(b.url, tid) == b.url
     for p, node in placement.items():
-        assert committed_values(cluster.nodes[node].url, "orders", p) == [f"v{p}"]
+        assert committed_values(cluster.node(node).url, "orders", p) == [f"v{p}"]
     description = httpx.get(f"{b.url}/v1/transactions/{tid}", timeout=10).json()
     assert description["coordinator_epoch"] == 2
 
@@ -84,15 +83,11 @@ def _snapshot(url: str) -> list[dict[str, object]]:
 
 
 def test_a_paused_ex_owner_cannot_change_any_row_after_it_lost_its_lease(
-    cluster: Cluster,
+    cluster_factory: ClusterFactory,
 ) -> None:
-    lease = ["--lease-ms", str(LEASE_MS), "--expiry-scan-interval-ms", "200"]
-    b_url = f"http://127.0.0.1:{cluster.coordinator_ports[1]}"
-    for n in cluster.node_ports:
-        cluster.start_node(n, verify_with=b_url)
-    a = cluster.start_coordinator(0, *lease)
-    b = cluster.start_coordinator(1, *lease)
-    with a.client() as ca:
+    cluster = two_coordinators(cluster_factory, "--expiry-scan-interval-ms", "200")
+    a, b = cluster.coordinators
+    with httpx.Client(base_url=a.url, timeout=30) as ca:
         ca.post("/v1/topics", json={"name": "orders", "partitions": 2}).raise_for_status()
         ids: dict[str, tuple[int, int]] = {}
         for tid in ("p1", "p2", "p3"):
@@ -110,6 +105,7 @@ def test_a_paused_ex_owner_cannot_change_any_row_after_it_lost_its_lease(
         # B now owns everything; its scan aborts the timed-out transactions it inherited.
         for tid in ids:
             wait_state(b.url, tid, "CompleteAbort", timeout=10)
+        assert cluster.database_url is not None
         before = _snapshot(cluster.database_url)
         # Requests queued at the paused A, answered with A's stale view once it resumes.
         answers: list[httpx.Response] = []
@@ -133,6 +129,6 @@ def test_a_paused_ex_owner_cannot_change_any_row_after_it_lost_its_lease(
     wait_until(lambda: _owner(a.url, "p1") == b.url, timeout=5, what="A to see B")
     assert _snapshot(cluster.database_url) == before
     # and B keeps serving
-    with b.client() as cb:
+    with httpx.Client(base_url=b.url, timeout=30) as cb:
         body = cb.post("/v1/transactions/p1/init", json={}).json()
         assert body["producer_epoch"] > ids["p1"][1]

@@ -6,24 +6,21 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.coordinator.cluster import (
-    Cluster,
-    committed_values,
-    leaders,
-    produce,
-    state_of,
-    wait_state,
-)
+from tests.coordinator.helpers import committed_values, leaders, produce, state_of, wait_state
+from tests.support.cluster import ClusterFactory
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_node_down_during_commit_gets_its_markers_when_it_returns(cluster: Cluster) -> None:
-    c_url = f"http://127.0.0.1:{cluster.coordinator_ports[0]}"
-    for n in cluster.node_ports:
-        cluster.start_node(n, verify_with=c_url)
-    coordinator = cluster.start_coordinator(0, "--marker-backoff-max-ms", "300")
-    with coordinator.client() as c:
+def test_a_node_down_during_commit_gets_its_markers_when_it_returns(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = cluster_factory(
+        database="postgres", fsync=True, fast_loops=False,
+        coordinator_flags=("--marker-backoff-max-ms", "300"),
+    )
+    c_url = cluster.url
+    with httpx.Client(base_url=c_url, timeout=30) as c:
         c.post("/v1/topics", json={"name": "orders", "partitions": 2}).raise_for_status()
         placement = leaders(c_url, "orders")
         on = {node: p for p, node in placement.items()}
@@ -36,10 +33,10 @@ def test_a_node_down_during_commit_gets_its_markers_when_it_returns(cluster: Clu
                 **ident[tid], "partitions": [{"topic": "orders", "partition": p} for p in parts],
             }).raise_for_status()
             for p in parts:
-                produce(cluster.nodes[placement[p]].url, "orders", p,
+                produce(cluster.node(placement[p]).url, "orders", p,
                         ident[tid]["producer_id"], ident[tid]["producer_epoch"], 0,
                         [f"{tid}-{p}"])
-        cluster.nodes[1].kill()
+        cluster.node(1).kill()
         answer = c.post("/v1/transactions/both/commit", json=ident["both"])
         assert answer.json()["state"] == "PrepareCommit"
         # The other transaction, all on node 2, completes at once.
@@ -47,12 +44,12 @@ def test_a_node_down_during_commit_gets_its_markers_when_it_returns(cluster: Clu
                         json={**ident["only2"], "wait_for_markers": True}, timeout=30)
         assert answer.json()["state"] == "CompleteCommit"
         # Node 2 took its marker of "both" too: its partition shows the committed data.
-        n2 = cluster.nodes[2].url
+        n2 = cluster.node(2).url
         assert committed_values(n2, "orders", on[2]) == [f"both-{on[2]}", f"only2-{on[2]}"]
         assert state_of(c_url, "both") == "PrepareCommit"
         metrics = httpx.get(f"{c_url}/metrics", timeout=10).text
         assert "eos_coordinator_marker_queue_depth 1.0" in metrics
         # Node 1 returns (same data dir, same port) and gets its marker.
-        cluster.start_node(1, verify_with=c_url)
+        cluster.start_node(1)
         wait_state(c_url, "both", "CompleteCommit", timeout=15)
-        assert committed_values(cluster.nodes[1].url, "orders", on[1]) == [f"both-{on[1]}"]
+        assert committed_values(cluster.node(1).url, "orders", on[1]) == [f"both-{on[1]}"]

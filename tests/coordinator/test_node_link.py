@@ -13,6 +13,7 @@ from coordinator_service.node_link import node_link
 from tests.support.processes import free_port
 
 
+@pytest.mark.unit
 def test_https_nodes_and_injected_transports_use_httpx() -> None:
     async def test() -> None:
         seen: list[str] = []

@@ -15,6 +15,8 @@ from eos_protocol.errors import (
 from eos_protocol.partitioning import group_offsets_partition
 from eos_protocol.states import TransactionState
 
+pytestmark = pytest.mark.unit
+
 S = TransactionState
 E = TxnEvent
 

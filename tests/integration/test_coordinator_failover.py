@@ -17,62 +17,31 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
 from sdk import Consumer, RetryConfig, TopicPartition, TransactionalProducer
-from tests.support.coordinators import CoordinatorProcess, temp_database
-from tests.support.nodes import INTERNAL_TOKEN, NodeProcess
-from tests.support.processes import free_port, wait_until
+from tests.support.cluster import Cluster, ClusterFactory
+from tests.support.nodes import INTERNAL_TOKEN
+from tests.support.processes import ServiceProcess, free_port, wait_until
 
 LEASE_MS = 2_000
 TIMEOUT_MS = 1_000
 
 
-@dataclass
-class TwoCoordinators:
-    coordinators: list[CoordinatorProcess]
-    nodes: list[NodeProcess]
-
-    def stop(self) -> None:
-        for process in [*self.coordinators, *self.nodes]:
-            process.stop()
-
-
 @pytest.fixture
-def two_coordinators(tmp_path: Path) -> Iterator[TwoCoordinators]:
-    ports = [free_port(), free_port()]
-    first = f"http://127.0.0.1:{ports[0]}"
-    with temp_database() as database_url:
-        nodes = [
-            NodeProcess(
-                tmp_path / f"node-{n}", node_id=n, coordinator_url=first,
-                extra=["--no-fsync", "--coordinator-timeout-ms", str(TIMEOUT_MS)],
-            )
-            for n in (1, 2)
-        ]  # fmt: skip
-        spec = ",".join(f"{n.node_id}={n.url}" for n in nodes)
-        coordinators = [
-            CoordinatorProcess(
-                tmp_path / "coordinators", database_url=database_url, nodes=spec,
-                name=f"c{i}", port=ports[i], extra=["--lease-ms", str(LEASE_MS)],
-            )
-            for i in (0, 1)
-        ]  # fmt: skip
-        cluster = TwoCoordinators(coordinators, nodes)
-        try:
-            for process in [*nodes, *coordinators]:  # the first coordinator takes every lease
-                process.start(timeout=60)
-            yield cluster
-        finally:
-            cluster.stop()
+def two_coordinators(cluster_factory: ClusterFactory) -> Cluster:
+    """The first coordinator starts first, so it takes every lease; the nodes verify with
+    it alone."""
+    return cluster_factory(
+        database="postgres", coordinators=2, entry=0, lease_ms=LEASE_MS,
+        coordinator_timeout_ms=TIMEOUT_MS, fast_loops=False,
+    )
 
 
-def _known_coordinators(node: NodeProcess) -> float:
+def _known_coordinators(node: ServiceProcess) -> float:
     for line in httpx.get(f"{node.url}/metrics", timeout=5).text.splitlines():
         if line.startswith("eos_node_known_coordinators "):
             return float(line.split()[1])
@@ -89,7 +58,7 @@ def _commit_one(producer: TransactionalProducer, topic: str, value: str) -> None
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGSTOP"])
 def test_transactions_commit_again_after_the_configured_coordinator_stops(
-    two_coordinators: TwoCoordinators, how: str
+    two_coordinators: Cluster, how: str
 ) -> None:
     first, second = two_coordinators.coordinators
     httpx.post(

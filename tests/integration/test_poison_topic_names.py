@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from sdk import Producer
-from tests.coordinator.cluster import Cluster, running_cluster
+from tests.support.cluster import ClusterFactory
 from tests.support.envelope import envelope_problems
 from tests.support.nodes import INTERNAL_TOKEN, NodeProcess
 from tests.support.processes import wait_until
@@ -30,19 +30,26 @@ TOPICS = [f"later-{i:02d}" for i in range(20)]
 PARTITIONS = 3
 
 
-def start(cluster: Cluster) -> str:
-    """Both nodes, then the first coordinator; its URL."""
-    url = f"http://127.0.0.1:{cluster.coordinator_ports[0]}"
-    for node_id in cluster.node_ports:
-        cluster.start_node(node_id, verify_with=url)
-    cluster.start_coordinator(0)
-    return url
-
-
 def topics_by_name(url: str) -> dict[str, dict[str, Any]]:
     answer = httpx.get(f"{url}/v1/metadata", timeout=10)
     assert answer.status_code == 200, answer.text
     return {t["name"]: t for t in answer.json()["topics"]}
+
+
+def settled(url: str) -> str:
+    """Wait until the coordinator has created every placed partition on its node (at
+    start it creates ``__consumer_offsets``, later than its ``/readyz`` on a busy machine);
+    returns ``url``."""
+
+    def created() -> bool:
+        return all(
+            p["created_on_node"] or p["creation_error"]
+            for t in topics_by_name(url).values()
+            for p in t["partitions"]
+        )
+
+    wait_until(created, timeout=60, what="every partition created on its node")
+    return url
 
 
 def create_and_produce_everywhere(url: str) -> None:
@@ -71,55 +78,59 @@ def create_and_produce_everywhere(url: str) -> None:
         assert [r["value"] for r in answer.json()["records"]] == [f"{name}/{partition}"]
 
 
-def test_dot_topic_names_are_refused_and_every_later_topic_works(tmp_path: Path) -> None:
-    with running_cluster(tmp_path) as cluster:
-        url = start(cluster)
-        before = topics_by_name(url)
-        for name in (".", ".."):
-            answer = httpx.post(f"{url}/v1/topics", json={"name": name, "partitions": 3},
-                                timeout=10)
-            assert answer.status_code == 422, answer.text
-            assert answer.json()["error"]["code"] == "INVALID_REQUEST"
-            assert envelope_problems(answer.status_code, answer.content) == []
-        assert topics_by_name(url) == before
-        create_and_produce_everywhere(url)
+def test_dot_topic_names_are_refused_and_every_later_topic_works(
+    cluster_factory: ClusterFactory,
+) -> None:
+    cluster = cluster_factory(database="postgres", fsync=True, fast_loops=False)
+    url = settled(cluster.url)
+    before = topics_by_name(url)
+    for name in (".", ".."):
+        answer = httpx.post(f"{url}/v1/topics", json={"name": name, "partitions": 3},
+                            timeout=10)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["code"] == "INVALID_REQUEST"
+        assert envelope_problems(answer.status_code, answer.content) == []
+    assert topics_by_name(url) == before
+    create_and_produce_everywhere(url)
 
 
 def test_a_dot_dot_row_already_in_the_database_holds_back_no_later_topic(
-    tmp_path: Path,
+    cluster_factory: ClusterFactory,
 ) -> None:
-    with running_cluster(tmp_path) as cluster:
-        url = start(cluster)
-        cluster.coordinators[0].stop()
-        engine = sa.create_engine(cluster.database_url)
-        with engine.begin() as conn:  # as a version that accepted the name wrote it
-            conn.execute(sa.text("INSERT INTO topics (name, partitions, internal, created_ms) "
-                                 "VALUES ('..', 3, false, 0)"))
-            for partition, node in enumerate((1, 2, 1)):
-                conn.execute(sa.text(
-                    "INSERT INTO topic_partitions (topic, partition, node_id, created_on_node) "
-                    "VALUES ('..', :p, :n, false)"), {"p": partition, "n": node})
-        engine.dispose()
-        coordinator = cluster.start_coordinator(0)  # restarted with the row there
+    cluster = cluster_factory(database="postgres", fsync=True, fast_loops=False)
+    url = settled(cluster.url)
+    cluster.coordinator.stop()
+    assert cluster.database_url is not None
+    engine = sa.create_engine(cluster.database_url)
+    with engine.begin() as conn:  # as a version that accepted the name wrote it
+        conn.execute(sa.text("INSERT INTO topics (name, partitions, internal, created_ms) "
+                             "VALUES ('..', 3, false, 0)"))
+        for partition, node in enumerate((1, 2, 1)):
+            conn.execute(sa.text(
+                "INSERT INTO topic_partitions (topic, partition, node_id, created_on_node) "
+                "VALUES ('..', :p, :n, false)"), {"p": partition, "n": node})
+    engine.dispose()
+    coordinator = cluster.start_coordinator(0)  # restarted with the row there
 
-        create_and_produce_everywhere(url)
-        poisoned = topics_by_name(url)[".."]
-        assert httpx.get(f"{url}/v1/topics/%2E%2E", timeout=10).json() == poisoned
-        for p in poisoned["partitions"]:
-            assert p["created_on_node"] is False
-            assert p["creation_error"].startswith("INVALID_REQUEST: '..'"), p
-        metrics = httpx.get(f"{url}/metrics", timeout=10).text
-        assert "eos_coordinator_partitions_refused 3.0" in metrics
+    create_and_produce_everywhere(url)
+    poisoned = topics_by_name(url)[".."]
+    assert httpx.get(f"{url}/v1/topics/%2E%2E", timeout=10).json() == poisoned
+    for p in poisoned["partitions"]:
+        assert p["created_on_node"] is False
+        assert p["creation_error"].startswith("INVALID_REQUEST: '..'"), p
+    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    assert "eos_coordinator_partitions_refused 3.0" in metrics
 
-        def reported() -> list[dict[str, Any]]:
-            lines = coordinator.log_path.read_text(errors="replace").splitlines()
-            entries = [json.loads(line) for line in lines if line.startswith("{")]
-            return [e for e in entries if e.get("topic") == ".." and e["level"] == "error"]
+    def reported() -> list[dict[str, Any]]:
+        lines = coordinator.log_path.read_text(errors="replace").splitlines()
+        entries = [json.loads(line) for line in lines if line.startswith("{")]
+        return [e for e in entries if e.get("topic") == ".." and e["level"] == "error"]
 
-        wait_until(lambda: len(reported()) == 3, timeout=10, what="one error line each")
-        assert {(e["partition"], e["node_id"]) for e in reported()} == {(0, 1), (1, 2), (2, 1)}
-        for process in cluster.nodes.values():
-            assert not any(path.name.startswith(".") for path in process.data_dir.iterdir())
+    wait_until(lambda: len(reported()) == 3, timeout=10, what="one error line each")
+    assert {(e["partition"], e["node_id"]) for e in reported()} == {(0, 1), (1, 2), (2, 1)}
+    for process in cluster.nodes:
+        assert process.data_dir is not None
+        assert not any(path.name.startswith(".") for path in process.data_dir.iterdir())
 
 
 def test_a_storage_node_refuses_a_dot_topic_and_writes_nothing(tmp_path: Path) -> None:

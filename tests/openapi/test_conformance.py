@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.sdk.cluster import Cluster
+from tests.support.cluster import Cluster
 from tests.support.envelope import envelope_problems
 from tests.support.nodes import INTERNAL_TOKEN
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.openapi.conftest import DOCS
-from tests.sdk.cluster import Cluster
+from tests.support.cluster import Cluster
 
 PACKAGES = {"eos_coordinator_client": "coordinator.json", "eos_node_client": "node.json"}
 

@@ -19,6 +19,8 @@ from eos_protocol.common import ErrorEnvelope
 from eos_protocol.errors import CATALOGUE
 from tests.openapi.conftest import DOCS
 
+pytestmark = pytest.mark.unit
+
 SERVICES = {"coordinator": "coordinator.json", "node": "node.json"}
 
 OPERATION_IDS = {

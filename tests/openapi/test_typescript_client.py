@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.openapi.conftest import DOCS
-from tests.sdk.cluster import Cluster
+from tests.support.cluster import Cluster
 
 TS = Path(__file__).resolve().parent / "ts"
 

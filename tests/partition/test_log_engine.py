@@ -13,6 +13,8 @@ from partition_service.log.engine import PartitionEngine
 from partition_service.log.log import CHECKPOINT_FILE, LogConfig
 from tests.partition.engine_support import NOW, SMALL, marker, open_engine, produce, values
 
+pytestmark = pytest.mark.unit
+
 
 def test_appends_get_consecutive_offsets_and_read_back(tmp_path: Path) -> None:
     engine = open_engine(tmp_path / "p")

@@ -1,27 +1,24 @@
-"""Fixtures of the SDK tests: one real cluster per session, and the ``twin`` fixture that
+"""Fixtures of the SDK tests: the real cluster shared by the session, and the ``twin`` fixture that
 runs a test body against the blocking clients and against their async twins."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import sdk
 from tests.sdk.bridge import AsyncBridge, Blocking
-from tests.sdk.cluster import Cluster, start_cluster
 from tests.sdk.faults import FaultyServer, Plan
+from tests.support.cluster import Cluster, ClusterFactory
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root: Path = tmp_path_factory.mktemp("eos-cluster")
-    started = start_cluster(root)
-    yield started
-    started.stop()
+def cluster(session_cluster_factory: ClusterFactory) -> Cluster:
+    """The session's shared cluster (the Spark and OpenAPI tests use the same one)."""
+    return session_cluster_factory.shared()
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,8 @@ from sdk import (
 )
 from sdk._accumulator import Partitioner, ProducerBatch, RecordAccumulator
 
+pytestmark = pytest.mark.unit
+
 TP = TopicPartition("t", 0)
 
 

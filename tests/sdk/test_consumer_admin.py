@@ -12,9 +12,9 @@ from sdk import (
     TopicPartition,
     TransactionalIdNotFoundError,
 )
-from tests.sdk.cluster import Cluster
 from tests.sdk.conftest import Twin
 from tests.sdk.helpers import uid, wait_for
+from tests.support.cluster import Cluster
 
 
 def _interleaved(twin: Twin, cluster: Cluster, topic: str) -> None:

@@ -8,6 +8,8 @@ import pytest
 from eos_protocol.addresses import AddressError
 from sdk._metadata import MEMBERS_MAX_AGE_S, SET_ASIDE_S, CoordinatorEndpoints, MetadataCache
 
+pytestmark = pytest.mark.unit
+
 
 class Clock:
     def __init__(self) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from sdk import AdminClient, Consumer, Producer, TopicPartition
-from tests.sdk.cluster import Cluster
 from tests.sdk.helpers import read_topic, uid, wait_for
+from tests.support.cluster import Cluster
 
 INPUT_RECORDS = 600
 

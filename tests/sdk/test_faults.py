@@ -18,10 +18,10 @@ from sdk import (
     RetryConfig,
     UnknownProducerIdError,
 )
-from tests.sdk.cluster import Cluster
 from tests.sdk.conftest import Twin
 from tests.sdk.faults import FaultyServer, is_produce, random_produce_faults
 from tests.sdk.helpers import read_topic, uid
+from tests.support.cluster import Cluster
 
 FAST = RetryConfig(backoff_ms=5, backoff_max_ms=50, request_timeout_ms=10_000)
 ALL_FAULTS = ["drop", "timeout_after", "timeout_before", "503", "bare503", "NOT_LEADER_OR_FOLLOWER"]

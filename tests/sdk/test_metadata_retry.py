@@ -15,28 +15,20 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from sdk import AdminClient, Consumer, Producer, TopicPartition, TransactionalProducer
-from tests.sdk.cluster import Cluster, start_cluster
 from tests.sdk.helpers import uid, wait_for
+from tests.support.cluster import Cluster, ClusterFactory
 
 RECONCILE_MS = 3_000
 
 
 @pytest.fixture
-def slow_reconciler_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = start_cluster(
-        tmp_path / "cluster", coordinator_extra=["--reconcile-interval-ms", str(RECONCILE_MS)]
-    )
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+def slow_reconciler_cluster(cluster_factory: ClusterFactory) -> Cluster:
+    return cluster_factory(coordinator_flags=("--reconcile-interval-ms", str(RECONCILE_MS)))
 
 
 def _unknown_answers(cluster: Cluster, node: int) -> float:

@@ -12,6 +12,8 @@ import pytest
 import sdk
 from sdk import _unasync
 
+pytestmark = pytest.mark.unit
+
 PUBLIC_CLIENTS = [
     ("TransactionalProducer", "AsyncTransactionalProducer"),
     ("Producer", "AsyncProducer"),

@@ -16,6 +16,8 @@ from sdk import (
 )
 from sdk._state import TransactionManager, breaks_sequence
 
+pytestmark = pytest.mark.unit
+
 S = ProducerState
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)
 

@@ -35,6 +35,8 @@ from sdk._transport import (
     parse_response,
 )
 
+pytestmark = pytest.mark.unit
+
 FAST = RetryConfig(backoff_ms=1, backoff_max_ms=2, fast_backoff_ms=1, request_timeout_ms=1000)
 
 

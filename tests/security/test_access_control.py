@@ -21,6 +21,8 @@ from eos_security.access import AccessControl
 from eos_security.authorizer import Authorizer
 from eos_security.tokens import TokenRegistry
 
+pytestmark = pytest.mark.unit
+
 TOKENS = TokenRegistry.from_hashes({})
 
 

@@ -4,7 +4,6 @@ state is read back before and after it); no token ever reaches a log."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.security.cluster import SecureCluster, secure_cluster
+from tests.support.cluster import Cluster as SecureCluster
+from tests.support.cluster import ClusterFactory
 from tests.support.nodes import INTERNAL_TOKEN
 
 pytestmark = pytest.mark.slow
@@ -34,10 +34,11 @@ class Case:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
-    with secure_cluster(tmp_path_factory.mktemp("secure")) as running:
-        _grant(running)
-        yield running
+def cluster(module_cluster_factory: ClusterFactory) -> SecureCluster:
+    """Authentication on, on PostgreSQL; debug logs, so that every refusal is logged."""
+    running = module_cluster_factory(database="postgres", auth=True, log_level="debug")
+    _grant(running)
+    return running
 
 
 def _grant(cluster: SecureCluster) -> None:
@@ -106,7 +107,7 @@ def fingerprint(cluster: SecureCluster) -> dict[str, Any]:
             ).json()
     with cluster.client("internal") as internal:
         for node in cluster.nodes:
-            state[f"node {node.node_id}"] = internal.get(
+            state[node.name] = internal.get(
                 f"{node.url}/internal/v1/partitions").json()
     return state
 
@@ -351,7 +352,7 @@ def test_a_token_added_to_the_file_is_honoured_without_a_restart(
 
 def test_logs_name_each_refusal_but_never_a_token(cluster: SecureCluster, tmp_path: Path) -> None:
     """Runs last in the module: by now every principal has called every endpoint."""
-    logs = cluster.logs()
+    logs = cluster.logs(lines=None)
     assert logs.strip(), "the services wrote no log at all: the check would prove nothing"
     assert "denied: User:reader may not write topic 'out-1'" in logs  # the node's audit line
     assert "denied: User:etl may not alter the cluster" in logs  # the coordinator's

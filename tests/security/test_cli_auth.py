@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from eos_cli.main import app
 from eos_security.tokens import TokenRegistry
-from tests.security.cluster import secure_cluster
+from tests.support.cluster import ClusterFactory
 
 runner = CliRunner()
 
@@ -23,6 +23,7 @@ def _credentials_restored(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("EOS_CA_FILE", raising=False)
 
 
+@pytest.mark.unit
 def test_new_token_prints_the_token_and_stores_only_its_hash(tmp_path: Path) -> None:
     path = tmp_path / "tokens.toml"
     tokens = []
@@ -41,25 +42,25 @@ def test_new_token_prints_the_token_and_stores_only_its_hash(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_acls_commands_and_the_token_option(tmp_path: Path) -> None:
-    with secure_cluster(tmp_path, log_level="warning") as cluster:
-        admin = ["--token", cluster.tokens["admin"]]
-        boot = ["-b", cluster.url]
-        added = runner.invoke(app, [*admin, "acls", "add", "--principal", "User:etl",
-                                    "-o", "read", "-o", "write", "-t", "topic", "-n", "orders",
-                                    *boot])
-        assert added.exit_code == 0, added.output
-        listed = runner.invoke(app, [*admin, "acls", "list", "--principal", "User:etl", *boot])
-        assert listed.exit_code == 0 and listed.stdout.count("orders") == 2, listed.output
-        refused = runner.invoke(app, ["--token", cluster.tokens["etl"], "acls", "list", *boot])
-        assert refused.exit_code == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.output
-        anonymous = runner.invoke(app, ["--token", "eos_nobody", "topics", "list", *boot])
-        assert anonymous.exit_code == 1 and "UNAUTHENTICATED" in anonymous.output
-        removed = runner.invoke(app, [*admin, "acls", "remove", "--principal", "User:etl",
-                                      *boot])
-        assert removed.exit_code == 0 and "2 binding(s) removed" in removed.output
-        empty = runner.invoke(app, [*admin, "acls", "list", *boot])
-        assert "orders" not in empty.stdout
+def test_acls_commands_and_the_token_option(cluster_factory: ClusterFactory) -> None:
+    cluster = cluster_factory(database="postgres", auth=True)
+    admin = ["--token", cluster.tokens["admin"]]
+    boot = ["-b", cluster.url]
+    added = runner.invoke(app, [*admin, "acls", "add", "--principal", "User:etl",
+                                "-o", "read", "-o", "write", "-t", "topic", "-n", "orders",
+                                *boot])
+    assert added.exit_code == 0, added.output
+    listed = runner.invoke(app, [*admin, "acls", "list", "--principal", "User:etl", *boot])
+    assert listed.exit_code == 0 and listed.stdout.count("orders") == 2, listed.output
+    refused = runner.invoke(app, ["--token", cluster.tokens["etl"], "acls", "list", *boot])
+    assert refused.exit_code == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.output
+    anonymous = runner.invoke(app, ["--token", "eos_nobody", "topics", "list", *boot])
+    assert anonymous.exit_code == 1 and "UNAUTHENTICATED" in anonymous.output
+    removed = runner.invoke(app, [*admin, "acls", "remove", "--principal", "User:etl",
+                                  *boot])
+    assert removed.exit_code == 0 and "2 binding(s) removed" in removed.output
+    empty = runner.invoke(app, [*admin, "acls", "list", *boot])
+    assert "orders" not in empty.stdout
 
 
 @pytest.mark.parametrize("module", ["partition_service", "coordinator_service"])

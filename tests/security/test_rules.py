@@ -14,6 +14,8 @@ from eos_security import tokens as tokens_module
 from eos_security.authorizer import Authorizer
 from eos_security.tokens import TokenFileError, TokenRegistry, hash_token, new_token, parse_tokens
 
+pytestmark = pytest.mark.unit
+
 T, G, X, C = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID,
               ResourceType.CLUSTER)
 

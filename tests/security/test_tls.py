@@ -7,7 +7,6 @@ proves every hop; without the CA bundle, or over plain HTTP, nothing gets throug
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from sdk import AdminClient, Consumer, NetworkError, RetryConfig, TransactionalProducer
 from sdk._errors import EosTimeoutError
-from tests.security.cluster import secure_cluster
+from tests.support.cluster import ClusterFactory
 
 pytestmark = pytest.mark.slow
 
@@ -29,10 +28,10 @@ class TlsCluster:
 
 
 @pytest.fixture(scope="module")
-def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
-    with secure_cluster(tmp_path_factory.mktemp("tls"), log_level="warning", tls=True) as c:
-        assert c.ca_file is not None
-        yield TlsCluster(c.url, c.ca_file, c.tokens["admin"])
+def tls_cluster(module_cluster_factory: ClusterFactory) -> TlsCluster:
+    c = module_cluster_factory(database="postgres", auth=True, tls=True)
+    assert c.ca_file is not None
+    return TlsCluster(c.url, c.ca_file, c.tokens["admin"])
 
 
 def test_a_transaction_commits_and_reads_back_over_https(tls_cluster: TlsCluster) -> None:

@@ -1,6 +1,6 @@
-"""Fixtures of the Spark tests: one real cluster per session (a coordinator on SQLite and
-two storage nodes verifying transactional batches with it, as in the SDK tests), and one
-local SparkSession per test module.
+"""Fixtures of the Spark tests: the real cluster shared by the session (a coordinator on
+SQLite and two storage nodes verifying transactional batches with it, the SDK tests'
+cluster), and one local SparkSession per test module.
 
 The session's master is ``local[2,4]``: two task slots, and a task may fail three times
 before its job fails, so a planted fault on a first attempt is retried, as on a cluster.
@@ -9,12 +9,11 @@ before its job fails, so a planted fault on a first attempt is retried, as on a 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.sdk.cluster import Cluster, start_cluster
+from tests.support.cluster import Cluster, ClusterFactory
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -30,11 +29,8 @@ SPARK_CONF = {
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root: Path = tmp_path_factory.mktemp("eos-spark-cluster")
-    started = start_cluster(root)
-    yield started
-    started.stop()
+def cluster(session_cluster_factory: ClusterFactory) -> Cluster:
+    return session_cluster_factory.shared()
 
 
 def make_spark(**extra: str) -> Any:

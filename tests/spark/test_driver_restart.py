@@ -15,9 +15,11 @@ import pytest
 
 from sdk import Consumer, TopicPartition
 from spark_jobs.check import check_topics, offsets_at_end
-from tests.sdk.cluster import Cluster
 from tests.sdk.helpers import wait_for
 from tests.spark.helpers import produce_numbers, uid, untag
+from tests.support.cluster import Cluster
+
+pytestmark = pytest.mark.xdist_group("spark")  # one JVM at a time
 
 INPUT = 600
 

@@ -25,7 +25,6 @@ from spark_jobs.eos_pipeline import (
 )
 from spark_jobs.examples import events
 from spark_jobs.reader import plan_ranges
-from tests.sdk.cluster import Cluster
 from tests.spark.conftest import make_spark
 from tests.spark.helpers import (
     FailFirstAttempt,
@@ -36,6 +35,9 @@ from tests.spark.helpers import (
     uid,
     untag,
 )
+from tests.support.cluster import Cluster
+
+pytestmark = pytest.mark.xdist_group("spark")  # one JVM at a time
 
 INPUT = 240
 

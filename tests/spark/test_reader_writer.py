@@ -13,8 +13,10 @@ from spark_jobs._wire import SequencedPartitionWriter, TransactionSession
 from spark_jobs.check import compare, read_all
 from spark_jobs.reader import plan_ranges, read_ranges, read_topic
 from spark_jobs.writer import WriteOptions, default_partition, write_atomic, write_partition
-from tests.sdk.cluster import Cluster
 from tests.spark.helpers import fail_write_always, fail_write_first_attempt, produce_numbers, uid
+from tests.support.cluster import Cluster
+
+pytestmark = pytest.mark.xdist_group("spark")  # one JVM at a time
 
 
 def _rows(spark: Any, count: int, start: int = 0) -> Any:

@@ -5,7 +5,6 @@ so a run that copies every record once proves both reached every task."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +13,19 @@ import pytest
 from sdk import AclBinding, AdminClient, Producer
 from spark_jobs.check import check_topics, offsets_at_end
 from spark_jobs.eos_pipeline import PipelineConfig, run_pipeline
-from tests.security.cluster import SecureCluster, secure_cluster
 from tests.spark.conftest import make_spark
 from tests.spark.helpers import tag_to, uid, untag
+from tests.support.cluster import Cluster as SecureCluster
+from tests.support.cluster import ClusterFactory
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]  # one JVM at a time
 
 RECORDS = 120
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
-    with secure_cluster(tmp_path_factory.mktemp("spark-tls"), log_level="warning",
-                        tls=True) as cluster:
-        yield cluster
+def secure(module_cluster_factory: ClusterFactory) -> SecureCluster:
+    return module_cluster_factory(database="postgres", auth=True, tls=True)
 
 
 def _grant_job_rights(cluster: SecureCluster, app: str, source: str, sink: str) -> None:

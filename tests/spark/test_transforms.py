@@ -13,6 +13,8 @@ from spark_jobs.examples import events
 from spark_jobs.transforms import OutputRecord, build_transform, parse_options
 from spark_jobs.writer import WriteOptions, _batches
 
+pytestmark = pytest.mark.unit
+
 
 def _record(value: str, offset: int = 7) -> ConsumerRecord:
     return ConsumerRecord("events", 1, offset, "k", value, {}, 0)

@@ -1,5 +1,5 @@
 """Coordinators for tests: throw-away PostgreSQL databases, in-process apps on a real
-uvicorn server, coordinator processes (for SIGKILL/SIGSTOP), and fake storage nodes.
+uvicorn server, single coordinator processes, and fake storage nodes.
 
 Each test that needs PostgreSQL gets its own database ``eos_test_<random>``, created on the
 ``postgres`` database and dropped afterwards; the coordinator migrates it with Alembic
@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -26,6 +27,7 @@ from coordinator_service.app import create_app
 from coordinator_service.clock import Clock
 from coordinator_service.services import Services
 from coordinator_service.settings import CoordinatorSettings
+from eos_cli.launcher import coordinator_args
 from tests.support.processes import ServiceProcess, free_port, wait_until
 
 T = TypeVar("T")
@@ -161,7 +163,9 @@ def coordinator_settings(
 
 
 class CoordinatorProcess(ServiceProcess):
-    """``python -m coordinator_service ...`` as a real process."""
+    """One ``python -m coordinator_service`` on ``database_url``, for the tests of a
+    coordinator's own start (several at once on a fresh database, a restart with a fixed
+    instance id); clusters come from ``tests.support.cluster``."""
 
     def __init__(
         self,
@@ -174,26 +178,16 @@ class CoordinatorProcess(ServiceProcess):
         extra: list[str] | None = None,
     ) -> None:
         port = port or free_port()
-        args = [
-            "--port",
-            str(port),
-            "--database-url",
-            database_url,
-            "--nodes",
-            nodes,
-            "--internal-token",
-            INTERNAL_TOKEN,
-            "--instance-id",
-            f"{name}-{port}",
-            "--public-url",
-            f"http://127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-            *(extra or []),
-        ]
+        args = coordinator_args(port, nodes, database_url=database_url)
+        args += ["--instance-id", f"{name}-{port}", *(extra or [])]
         log_dir.mkdir(parents=True, exist_ok=True)
-        super().__init__("coordinator_service", args, port, log_dir / f"{name}-{port}.log")
-        self.name = name
+        super().__init__(
+            name,
+            [sys.executable, "-m", "coordinator_service", *args],
+            port=port,
+            log_path=log_dir / f"{name}-{port}.log",
+            env={**os.environ, "EOS_INTERNAL_TOKEN": INTERNAL_TOKEN},
+        )
 
     def client(self, timeout: float = 30.0) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout)

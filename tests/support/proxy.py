@@ -1,5 +1,5 @@
 """A fault-injecting HTTP/1.1 proxy on loopback, the one transport seam the chaos tests
-mock at.
+mock at (a test cluster puts it in place with ``ClusterSpec(proxied_node=...)``).
 
 It stands between two services (a coordinator and a storage node) as a plain TCP
 listener: each client connection gets its own upstream connection, and requests are
@@ -41,11 +41,6 @@ class FaultPlan:
 
 
 NO_FAULTS = FaultPlan()
-
-
-def low_port() -> int:
-    """A free loopback port below 32000 (the shared helper's rule)."""
-    return free_port()
 
 
 class _Closed(Exception):
@@ -102,7 +97,7 @@ class FaultProxy:
 
     def __init__(self, upstream_port: int, *, port: int | None = None, seed: int = 0) -> None:
         self.upstream_port = upstream_port
-        self.port = port or low_port()
+        self.port = port or free_port()
         self.plan = NO_FAULTS
         self.counts: Counter[str] = Counter()
         self._rng = random.Random(seed)

@@ -1,0 +1,115 @@
+"""How the tests are spread over pytest-xdist workers (``-n N --dist loadgroup``).
+
+Most tests are independent and go to whichever worker is free, one at a time. Some must
+share a worker:
+
+* the tests of a module-scoped fixture (a cluster, a Spark session, a node): a fixture is
+  set up once on every worker that runs one of its tests, so spread over four workers a
+  module's cluster would be started four times;
+* the tests of an ``xdist_group`` lane, which run one after the other because side by
+  side they would squeeze each other past their time limits: the Spark jobs (``spark``)
+  and the chaos fault cases (two lanes, ``chaos-0`` and ``chaos-1``).
+
+pytest-xdist's own ``--dist loadgroup`` cannot do this with pytest 9: it renames each
+test id (``id@group``) through an attribute pytest 9 no longer reads, so its groups are
+silently ignored and every test is spread. So ``loadgroup`` is served here by xdist's
+``loadscope`` scheduler with its own idea of a scope: a test's group if it has one, else
+the test itself. The groups are known only where tests are collected, in the workers:
+each worker writes them (test id -> group) to the file named by ``EOS_TEST_GROUPS``,
+which the controller made before starting them, and the scheduler reads it once every
+worker has collected (xdist checks that they all collected the same tests). The largest
+scopes are handed out first (``loadscope``'s reordering), so the long lanes start at
+once and the single tests fill the gaps around them.
+
+Registered as a plugin by ``tests/conftest.py``, which the controller loads (a package's
+own conftest is not: the controller collects nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+ENV = "EOS_TEST_GROUPS"
+_FILE = pytest.StashKey[Path]()  # the controller's groups file
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The worker a test must share: its ``xdist_group`` lane, else its module when it
+    uses a module- or class-scoped fixture, else none."""
+    marker = item.get_closest_marker("xdist_group")
+    if marker is not None:
+        return str(marker.args[0] if marker.args else marker.kwargs.get("name", "default"))
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs}
+    if scopes & {"module", "class"}:
+        return item.nodeid.split("::", 1)[0]
+    return None
+
+
+class GroupScheduling(LoadScopeScheduling):
+    """``loadscope`` whose scope of a test is its group, or the test alone."""
+
+    def __init__(self, config: pytest.Config, log: Any, groups: Path) -> None:
+        super().__init__(config, log)
+        self._groups_file = groups
+        self._groups: dict[str, str] | None = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self._groups is None:
+            text = self._groups_file.read_text() if self._groups_file.exists() else "{}"
+            self._groups = json.loads(text)
+        return self._groups.get(nodeid, nodeid)
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _loadgroup(config: pytest.Config) -> bool:
+    return bool(config.getoption("numprocesses", None)) and (
+        config.getoption("dist", "no") == "loadgroup"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _is_worker(config) or not _loadgroup(config):
+        return
+    handle, name = tempfile.mkstemp(prefix="eos-test-groups-", suffix=".json")
+    os.close(handle)
+    os.unlink(name)  # written by the workers; absent: no group at all
+    os.environ[ENV] = name  # the workers are started after this, with this environment
+    config.stash[_FILE] = Path(name)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = config.stash.get(_FILE, None)
+    if path is not None:
+        path.unlink(missing_ok=True)
+        os.environ.pop(ENV, None)
+
+
+@pytest.hookimpl(trylast=True)  # after every other hook has added its markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    target = os.environ.get(ENV)
+    if not (_is_worker(config) and target):
+        return
+    groups = {item.nodeid: group for item in items if (group := group_of(item)) is not None}
+    scratch = Path(f"{target}.{config.workerinput['workerid']}")  # type: ignore[attr-defined]
+    scratch.write_text(json.dumps(groups))
+    scratch.replace(target)  # atomic: the scheduler never reads half a file
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> GroupScheduling | None:
+    path = config.stash.get(_FILE, None)
+    return GroupScheduling(config, log, path) if path is not None else None
+
