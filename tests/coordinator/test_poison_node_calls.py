@@ -247,7 +247,8 @@ def test_a_partition_that_keeps_answering_retriable_does_not_slow_its_node(
             ok(add(c, tid, pid_i, epoch_i, other_part))
             started = time.monotonic()
             assert ok(end(c, tid, pid_i, epoch_i))["state"] == "CompleteCommit"
-            assert time.monotonic() - started < 2.0, "a marker waited for the node's backoff"
+            # well under the 10 s backoff, with room for a loaded machine
+            assert time.monotonic() - started < 5.0, "a marker waited for the node's backoff"
         assert describe(c, "stuck")["state"] == "PrepareCommit"
         fake_nodes.not_leader.clear()
         wait_until(lambda: describe(c, "stuck")["state"] == "CompleteCommit", timeout=15,
