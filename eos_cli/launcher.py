@@ -153,10 +153,14 @@ class ServiceProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def ready(self) -> bool:
-        """``ready_path`` answers 200; False while it cannot be reached or is loading."""
+    def ready(self, client: httpx.Client | None = None) -> bool:
+        """``ready_path`` answers 200; False while it cannot be reached or is loading.
+        A poller passes its ``client``: each new one loads a CA bundle (tens of ms)."""
         try:
-            answer = httpx.get(self.url + self.ready_path, timeout=1.0, verify=self.verify)
+            if client is not None:
+                answer = client.get(self.url + self.ready_path)
+            else:
+                answer = httpx.get(self.url + self.ready_path, timeout=1.0, verify=self.verify)
         except httpx.HTTPError:
             return False
         return answer.status_code == 200
@@ -167,18 +171,21 @@ class ServiceProcess:
         """Poll until ready; ``ServiceError`` (with the log's tail) if the process exits
         or the deadline passes. Returns early once ``stopping`` turns true."""
         deadline = time.monotonic() + timeout
-        while not stopping():
-            code = self.exit_code()
-            if code is not None:
-                raise ServiceError(
-                    f"{self.name} {describe_exit(code)} while starting; see {self.log_path}:"
-                    f"\n{self.tail()}"
-                )
-            if self.ready():
-                return
-            if time.monotonic() > deadline:
-                raise ServiceError(f"{self.name} not ready after {timeout:.0f}s:\n{self.tail()}")
-            time.sleep(0.05)
+        with httpx.Client(timeout=1.0, verify=self.verify) as client:
+            while not stopping():
+                code = self.exit_code()
+                if code is not None:
+                    raise ServiceError(
+                        f"{self.name} {describe_exit(code)} while starting; see "
+                        f"{self.log_path}:\n{self.tail()}"
+                    )
+                if self.ready(client):
+                    return
+                if time.monotonic() > deadline:
+                    raise ServiceError(
+                        f"{self.name} not ready after {timeout:.0f}s:\n{self.tail()}"
+                    )
+                time.sleep(0.05)
 
     def tail(self, lines: int = 40) -> str:
         try:

@@ -9,6 +9,9 @@ one module-scoped fixture or one ``xdist_group`` lane kept on one worker
 Clusters come from one factory (``tests.support.cluster``) in three scopes:
 ``cluster_factory`` (a test), ``module_cluster_factory`` (a module) and
 ``session_cluster_factory`` (the session, with ``.shared()`` for the common cluster).
+
+The test process builds httpx's default TLS context once (``tests.support.tls_context``):
+built per client, it was a fifth of the suite's CPU.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import tls_context
 from tests.support.cluster import ClusterFactory
 from tests.support.nodes import NodeProcess
 from tests.support.unit_guard import UnitGuard
@@ -27,6 +31,7 @@ pytest_plugins = ["pytester", "tests.chaos.report", "tests.support.xdist_groups"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(UnitGuard(), "unit-guard")
+    tls_context.install()
 
 
 @pytest.fixture

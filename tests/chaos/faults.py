@@ -46,6 +46,11 @@ class Fault:
         with temp_database() as url:
             yield url
 
+    def starts_at(self, k: int, injections: int) -> float:
+        """The share of the input copied when injection ``k`` is made: evenly spaced, so
+        that each lands while the copiers are at work."""
+        return (k + 1) / (injections + 2)
+
     def inject(self, workload: Workload, k: int) -> None:
         raise NotImplementedError
 
@@ -375,10 +380,10 @@ class ProxyFaults(Fault):
     applied, in both directions (markers and partition calls one way, transaction
     verification the other); every other window also client traffic to that node.
 
-    The windows with client traffic are the even ones, the first and the last: the
-    coordinator-node traffic alone is a few marker calls per transaction (fewer still on a
-    busy machine, where markers queue up and go out in batches), so the window that has
-    nothing else must open while plenty of the copy is left to do."""
+    A window stays open until answers were dropped both ways, and the coordinator-node
+    traffic is only a call or two per transaction each way (fewer on a busy machine, where
+    markers queue up and go out in batches). So the windows open early in the copy, one
+    after the other, each while plenty of transactions are still to come."""
 
     name = "coordinator<->node slow/dropped answers"
     # The proxied node asks only through the proxy: learning the coordinators behind it
@@ -386,12 +391,15 @@ class ProxyFaults(Fault):
     spec = chaos_spec(proxied_node=1, node_flags=("--no-learn-coordinators",))
     WANT = 2  # answers dropped on the node's side per window (and one on the other side)
 
+    def starts_at(self, k: int, injections: int) -> float:
+        return 0.05 + 0.3 * k / injections  # 5%, 15%, 25% of the copy in the short mode
+
     def inject(self, workload: Workload, k: int) -> None:
         cluster = workload.cluster
         node, coordinator = cluster.node_proxy, cluster.coordinator_proxy
         assert node is not None and coordinator is not None
         proxies = [node, coordinator]
-        paths = ("/internal/", "/v1/") if k % 2 == 0 else ("/internal/",)
+        paths = ("/internal/",) if k % 2 == 0 else ("/internal/", "/v1/")
         plan = FaultPlan(paths=paths, delay_rate=0.3, delay_s=0.4, drop_rate=0.35)
         before = [proxy.counts["dropped"] for proxy in proxies]
         for proxy in proxies:

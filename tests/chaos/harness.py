@@ -122,7 +122,7 @@ def run_case(fault: Fault, mode: Mode, root: Path) -> tuple[Report, Row, list[st
             workload.prepare()
             workload.start()
             for k in range(mode.injections):
-                workload.wait_copied((k + 1) / (mode.injections + 2))
+                workload.wait_copied(fault.starts_at(k, mode.injections))
                 fault.inject(workload, k)
             history = workload.finish()
         except BaseException as exc:

@@ -96,7 +96,9 @@ def scripted(*answers: httpx.Response | Exception) -> tuple[Handler, list[str]]:
     return handler, seen
 
 
-def call_both(kind: str, handler: Handler, req: Req, base: str = "http://a") -> object:
+def call_both(
+    kind: str, handler: Handler, req: Req, base: str = "http://a", timeout_s: float = 2
+) -> object:
     """The same call through the blocking and the async transport."""
     target = {"url": base}
 
@@ -108,7 +110,7 @@ def call_both(kind: str, handler: Handler, req: Req, base: str = "http://a") -> 
         transport = SyncTransport(FAST, transport=httpx.MockTransport(handler))
         try:
             return transport.call(req, "POST", "/x", base=lambda: target["url"], json={},
-                                  timeout_s=2, invalidate=invalidate)
+                                  timeout_s=timeout_s, invalidate=invalidate)
         finally:
             transport.close()
 
@@ -122,7 +124,7 @@ def call_both(kind: str, handler: Handler, req: Req, base: str = "http://a") -> 
         transport = AsyncTransport(FAST, transport=httpx.MockTransport(ahandler))
         try:
             return await transport.call(req, "POST", "/x", base=base_url, json={},
-                                        timeout_s=2, invalidate=invalidate)
+                                        timeout_s=timeout_s, invalidate=invalidate)
         finally:
             await transport.aclose()
 
@@ -181,7 +183,7 @@ def test_retries_stop_at_the_deadline(kind: str) -> None:
         raise httpx.ConnectError("down", request=request)
 
     with pytest.raises(EosTimeoutError):
-        call_both(kind, handler, Req.METADATA)
+        call_both(kind, handler, Req.METADATA, timeout_s=0.3)
 
 
 def test_a_stale_topic_keeps_its_partition_count() -> None:
