@@ -25,6 +25,7 @@ machine falls on all of them alike; each figure is the median round.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import statistics
@@ -60,13 +61,14 @@ class Figures:
     server_us: float  # the server's CPU per request
 
 
-class Client:
+class Client(abc.ABC):
     """One client under test: ``send`` one request, ``close`` its connections."""
 
     name = ""
 
+    @abc.abstractmethod
     async def send(self, method: str, path: str, body: bytes) -> int:
-        raise NotImplementedError
+        """Send one request and return its status."""
 
     async def close(self) -> None:
         return None
