@@ -9,7 +9,11 @@ as processes, then sends 1 KB records for a fixed time with:
    in flight per partition from one thread each, no SDK at all: the baseline;
 2. the idempotent ``Producer`` (sequence numbers, up to 5 batches in flight per partition);
 3. the ``TransactionalProducer`` committing every 10 ms, 100 ms and 1 s;
-4. the async twins, idempotent and transactional at 100 ms.
+4. the async twins, idempotent and transactional at 100 ms;
+5. the hot paths (``bench/bench_sdk_hot.py``, on the same node): ``Producer.send`` and
+   ``send_many`` of 100 B records against the node's own accept limit, a ``Consumer``
+   reading read_committed, and the transactional/idempotent ratio at 1 KB and 100 ms
+   commits as the median of 5 alternating rounds (``--no-hot`` leaves them out).
 
 Records per second are those acknowledged (transactional: committed) during the run. The
 cost of transactions is given against the idempotent producer of the same flavour; Kafka
@@ -126,9 +130,12 @@ class Cluster:
         raise SystemExit(f"{url} did not become ready; see {self.dir / 'services.log'}")
 
     def topic(self, prefix: str) -> dict[str, Any]:
+        return self.topic_with(prefix, PARTITIONS)
+
+    def topic_with(self, prefix: str, partitions: int) -> dict[str, Any]:
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         response = httpx.post(
-            f"{self.url}/v1/topics", json={"name": name, "partitions": PARTITIONS}, timeout=30
+            f"{self.url}/v1/topics", json={"name": name, "partitions": partitions}, timeout=30
         )
         response.raise_for_status()
         body: dict[str, Any] = response.json()
@@ -288,10 +295,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=None, help="per run (default 4)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
     parser.add_argument("--no-fsync", action="store_true", help="node without fsync")
+    parser.add_argument("--no-hot", action="store_true", help="leave out the hot paths")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     seconds = args.seconds or (2.0 if args.quick else 4.0)
     rounds = args.rounds or (1 if args.quick else 3)
+    from eos_bench.bench_sdk_hot import hot_rows, run_hot
+
+    def progress(step: str) -> None:
+        print(f"... {step}", file=sys.stderr, flush=True)
 
     runs: list[Callable[[Cluster, float], Result]] = [
         run_raw,
@@ -307,6 +319,7 @@ def main() -> int:
         # Every round runs every mode once, so load from outside this benchmark falls on
         # all of them alike; each mode's figure is its median round.
         results = [[run(cluster, seconds) for run in runs] for _ in range(rounds)]
+        hot = {} if args.no_hot else run_hot(seconds, rounds, 5, progress, cluster)
     except BaseException:
         log = (cluster.dir / "services.log").read_text(errors="replace")
         print("--- services.log (tail) ---\n" + log[-4000:], file=sys.stderr)
@@ -340,7 +353,8 @@ def main() -> int:
                         else round(1 - r.rate / base.rate, 4),
                     }
                     for r, base in rows
-                ],
+                ]
+                + ([{"hot": hot}] if hot else []),
                 indent=2,
             )
         )
@@ -358,6 +372,11 @@ def main() -> int:
         commit = f"{result.commit_ms:.0f} ms" if result.transactions else ""
         print(f"{result.name:<52} {result.rate:>10,.0f} {result.mb_s:>7.1f} {txn:>6} "
               f"{commit:>8} {cost:>8}")
+    if hot:
+        print()
+        for label, value, over in hot_rows(hot):
+            vs = "" if over is None else f"{100 * over:.1f}% of the node's limit"
+            print(f"{label:<52} {value:>10} {vs}")
     print("\ncommit: mean time in commit_transaction (flush of the last batches + EndTxn)")
     print("cost: throughput lost against the idempotent producer of the same flavour")
     return 0

@@ -1,6 +1,6 @@
 """``eos bench``: every benchmark of the product and the limits of the machine, in one run.
 
-    eos bench [--quick] [--json] [--docs] [--only node,coordinator,failover,sdk,spark]
+    eos bench [--quick] [--json] [--docs] [--only node,coordinator,failover,replication,...]
     python -m bench.suite [same options]
 
 The parts (each also runnable alone through its own script):
@@ -11,7 +11,14 @@ The parts (each also runnable alone through its own script):
   latency at several concurrencies, at three records- and partitions-per-transaction and
   three numbers of open transactions; end-to-end commit-to-visible latency; limit:
   PostgreSQL one-row-update transactions per second (pgbench);
+* ``scale`` (``bench/suite_scale.py``): committed transactions per second with 1, 2 and 4
+  coordinator instances at 32 and 128 producers, both transaction flows (the client adds
+  partitions, or the node does: KIP-890 part 2), and the CPU per committed transaction
+  summed over coordinators, node and PostgreSQL;
 * ``failover``: SIGKILL the lease owner of two coordinators, time until the survivor commits;
+* ``replication`` (``bench/suite_replication.py``): produce throughput with three replicas
+  and acks=all against one, commit-to-visible latency with three, and the time from a
+  partition leader's SIGKILL to the first write on its successor;
 * ``auth`` (``bench/bench_auth.py``): produce and fetch on a node with authentication and
   ACLs off, then on; limit: the no-op FastAPI server;
 * ``sdk`` and ``spark`` (``bench/suite_clients.py``).
@@ -33,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PARTS = ("node", "coordinator", "failover", "auth", "sdk", "spark")
+PARTS = ("node", "coordinator", "scale", "failover", "replication", "auth", "sdk", "spark")
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,9 @@ class SuitePlan:
     fetch_logs: tuple[int, ...]
     restart_sizes: tuple[int, ...]
     restart_repeats: int
+    replication_s: float
+    replication_rounds: int
+    replication_failovers: int
     concurrency: tuple[int, ...]
     coord_s: float
     records_per_txn: tuple[int, ...]
@@ -57,6 +67,10 @@ class SuitePlan:
     sdk_s: float
     sdk_rounds: int
     spark_sizes: tuple[int, ...]
+    scale_instances: tuple[int, ...] = (1, 2, 4)
+    scale_producers: tuple[int, ...] = (32, 128)
+    scale_flows: tuple[str, ...] = ("v1", "v2")
+    scale_s: float = 8.0
 
 
 QUICK = SuitePlan(
@@ -67,6 +81,9 @@ QUICK = SuitePlan(
     fetch_logs=(20_000, 100_000, 300_000),
     restart_sizes=(100_000, 1_000_000, 10_000_000),
     restart_repeats=1,
+    replication_s=2.0,
+    replication_rounds=1,
+    replication_failovers=1,
     concurrency=(1, 8, 32, 128),
     coord_s=3.0,
     records_per_txn=(1, 100, 1000),
@@ -79,6 +96,7 @@ QUICK = SuitePlan(
     sdk_s=2.0,
     sdk_rounds=1,
     spark_sizes=(20_000, 100_000, 300_000),
+    scale_s=3.0,
 )
 FULL = SuitePlan(
     quick=False,
@@ -88,6 +106,9 @@ FULL = SuitePlan(
     fetch_logs=(40_000, 400_000, 1_000_000),
     restart_sizes=(100_000, 1_000_000, 10_000_000),
     restart_repeats=3,
+    replication_s=4.0,
+    replication_rounds=3,
+    replication_failovers=3,
     concurrency=(1, 8, 32, 128),
     coord_s=10.0,
     records_per_txn=(1, 100, 1000),
@@ -156,6 +177,13 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
             out[f"state_writes/pg@{run['producers']}"] = (
                 3 * run["txn_per_s"] / limit if limit else 0.0
             )
+    scale = res.get("scale")
+    if scale and coord and coord.get("pg_limit"):
+        pg = {p["clients"]: p["tps"] for p in coord["pg_limit"]}
+        for run in scale.get("runs", []):
+            limit = pg.get(run["producers"]) or 0
+            key = f"pg_commits/pg@{run['instances']}x{run['producers']}:{run['flow']}"
+            out[key] = run["pg_commits_per_s"] / limit if limit else 0.0
     sdk = res.get("sdk")
     if sdk:
         raw = sdk["raw_httpx"]["records_per_s"] or 1
@@ -171,6 +199,11 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
         for kind in ("produce", "fetch"):
             off = auth[f"{kind}_records_per_s_auth_off"] or 1
             out[f"{kind}_auth_on/off"] = auth[f"{kind}_records_per_s_auth_on"] / off
+    rep = res.get("replication")
+    if rep and "rf3_over_rf1" in rep:
+        out["produce_rf3/rf1"] = rep["rf3_over_rf1"]
+        if rep.get("failover_max_s") is not None:
+            out["leader_failover/session"] = rep["failover_max_s"] / rep["session_timeout_s"]
     fo = res.get("failover")
     if fo and "seconds" in fo:
         out["failover/lease"] = fo["seconds"] / (fo["lease_ms"] / 1000)
@@ -197,9 +230,23 @@ async def run_suite(
                     res["node"] = await run_node(plan, tmp, progress)
                 elif part == "coordinator":
                     res["coordinator"] = await run_coordinator(plan, progress)
+                elif part == "scale":
+                    from eos_bench.suite_scale import run_scale
+
+                    res["scale"] = await run_scale(
+                        plan.scale_instances, plan.scale_producers, plan.scale_flows,
+                        plan.scale_s, progress,
+                    )
                 elif part == "failover":
                     progress("failover: SIGKILL the lease owner")
                     res["failover"] = await asyncio.to_thread(failover, plan.lease_ms)
+                elif part == "replication":
+                    from eos_bench.suite_replication import run_replication
+
+                    res["replication"] = await asyncio.to_thread(
+                        run_replication, plan.replication_s, plan.replication_rounds,
+                        plan.e2e_samples, plan.replication_failovers, progress,
+                    )  # fmt: skip
                 elif part == "auth":
                     from eos_bench.bench_auth import main_async as run_auth
 

@@ -4,6 +4,11 @@
 * the SDK's transactional producer committing every 10 ms, 100 ms and 1 s against the
   idempotent (non-transactional) producer, with plain httpx batches as the limit: the
   commit interval is the records-per-transaction axis of the cost growth;
+* the SDK's hot paths on the same node (``bench/bench_sdk_hot.py``): one ``Producer``
+  sending 100 B records with ``send`` and ``send_many`` against the node's own accept
+  limit measured in the same run, one ``Consumer`` reading read_committed, and the
+  transactional over idempotent ratio at 1 KB and 100 ms commits, the median of 5
+  alternating rounds;
 * the Spark pipeline (``spark_jobs.eos_pipeline``, ``local[2]``) with and without
   transactions at three source sizes.
 
@@ -22,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from eos_bench.bench_sdk import Cluster, Result, run_async, run_raw, run_sync
+from eos_bench.bench_sdk_hot import hot_rows, run_hot
+
+#: Alternating idempotent/transactional rounds of the ratio figure (Kafka's way).
+RATIO_ROUNDS = 5
 
 
 def result_json(r: Result, base: Result | None) -> dict[str, Any]:
@@ -39,6 +48,11 @@ def result_json(r: Result, base: Result | None) -> dict[str, Any]:
 def median(results: list[Result]) -> Result:
     """The middle round by rate (the upper middle of an even count)."""
     return sorted(results, key=lambda r: r.rate)[len(results) // 2]
+
+
+def sdk_hot_rows(sdk: dict[str, Any]) -> list[tuple[str, str, float | None]]:
+    """The hot-path rows (label, value, over its limit), if the run measured them."""
+    return hot_rows(sdk.get("hot") or {})
 
 
 def sdk_rows(sdk: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -70,6 +84,7 @@ def run_sdk(plan: Any, progress: Any) -> dict[str, Any]:
             # the asyncio twins at the middle interval: the same protocol, another client
             row += [run_async(cluster, plan.sdk_s, None), run_async(cluster, plan.sdk_s, 100)]
             rounds.append(row)
+        hot = run_hot(plan.sdk_s, plan.sdk_rounds, RATIO_ROUNDS, progress, cluster)
     except BaseException:
         log = (cluster.dir / "services.log").read_text(errors="replace")
         print("--- services.log (tail) ---\n" + log[-4000:], file=sys.stderr)
@@ -90,6 +105,7 @@ def run_sdk(plan: Any, progress: Any) -> dict[str, Any]:
         "async_transactional_100ms": {"commit_interval_ms": 100, **result_json(atxn, aidem)},
         "rounds": plan.sdk_rounds,
         "seconds_per_run": plan.sdk_s,
+        "hot": hot,
     }
 
 

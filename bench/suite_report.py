@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from eos_bench.suite_clients import sdk_rows
+from eos_bench.suite_clients import sdk_hot_rows, sdk_rows
 
 # ``--docs`` rewrites the page of the source tree it is run from (the current directory).
 DOCS = Path("docs") / "benchmarks.md"
@@ -53,7 +53,8 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
         r = _pct(ratio) if ratio is not None else ""
         w(f"{name:<58}{value:>16}{a}{b}{r:>10}\n")
 
-    for part in ("node", "coordinator", "failover", "auth", "sdk", "spark"):
+    for part in ("node", "coordinator", "scale", "failover", "replication", "auth", "sdk",
+                 "spark"):
         if part in res and _ok(res, part) is None:
             w(f"{part}: FAILED {res[part].get('error', '')[:300]}\n")
     node = _ok(res, "node")
@@ -113,11 +114,38 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
             row(f"commit returned -> visible read_committed, {e['records_per_txn']} rec",
                 f"{e['samples']} samples", e["p50_ms"], e["p99_ms"])
         w("-" * WIDTH + "\n")
+    scale = _ok(res, "scale")
+    if scale:
+        for r in scale.get("runs", []):
+            row(f"{r['instances']} coordinator(s), {r['producers']} producers, flow {r['flow']} "
+                "(txn/s)", f"{r['txn_per_s']:,.0f}", None, None,
+                ratios.get(f"pg_commits/pg@{r['instances']}x{r['producers']}:{r['flow']}"))
+            row("  CPU ms per txn: all / coordinators / node / PostgreSQL",
+                _cpu_split(r))
+            row("  per txn: PostgreSQL commits / node fsyncs; machine busy",
+                f"{r['pg_commits_per_txn']:.2f} / {r.get('node_fsyncs_per_txn', 0):.2f}; "
+                f"{100 * r['machine_busy']:.0f}%")
+        for key, value in scale.get("speedup", {}).items():
+            row(f"  speed-up {key}", f"{value:.2f}x")
+        w("-" * WIDTH + "\n")
     fo = _ok(res, "failover")
     if fo:
         row("coordinator failover, SIGKILL -> commit on survivor (s)", f"{fo['seconds']:.3f}",
             None, None, ratios.get("failover/lease"))
         row("  limit: lease time (s)", f"{fo['lease_ms'] / 1000:.3f}")
+        w("-" * WIDTH + "\n")
+    rep = _ok(res, "replication")
+    if rep:
+        row("produce 1 KB, RF=1 (rec/s)", f"{rep['produce_rf1_records_per_s']:,}")
+        row("produce 1 KB, RF=3 acks=all (rec/s)", f"{rep['produce_rf3_records_per_s']:,}",
+            None, None, ratios.get("produce_rf3/rf1"))
+        e2e = rep["commit_to_visible_rf3"]
+        row("commit returned -> visible read_committed, RF=3", f"{e2e['samples']} samples",
+            e2e["p50_ms"], e2e["p99_ms"])
+        if rep.get("failover_max_s") is not None:
+            row("leader SIGKILL -> first write on the new leader (s, max)",
+                f"{rep['failover_max_s']:.3f}", None, None, ratios.get("leader_failover/session"))
+        row("  limit: node session timeout (s)", f"{rep['session_timeout_s']:.3f}")
         w("-" * WIDTH + "\n")
     auth = _ok(res, "auth")
     if auth:
@@ -135,6 +163,8 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
             row(label, f"{r['records_per_s']:,}", r["commit_ms"] if r["transactions"] else None,
                 None, r["records_per_s"] / raw)
         row("  limit: raw httpx plain batches", f"{sdk['raw_httpx']['records_per_s']:,}")
+        for label, value, over in sdk_hot_rows(sdk):
+            row(label, value, None, None, over)
         w("-" * WIDTH + "\n")
     spark = _ok(res, "spark")
     if spark:
@@ -145,9 +175,17 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
                 f"{s['exactly_once_records_per_s']:,}", None, None, s["ratio"])
         w("-" * WIDTH + "\n")
     w("vs limit: the figure over its limit (restart and failover: time over the limit's time; "
-      "coordinator: txn/s over pgbench tps;\n  auth: on over off; sdk: over raw httpx; "
+      "coordinator: txn/s over pgbench tps;\n  scale: PostgreSQL commits/s over pgbench tps; "
+      "auth: on over off; sdk: over raw httpx; "
       "spark exactly-once: over at-least-once). sdk p50 column: mean ms in commit_transaction.\n")
     w(f"total {res.get('bench_seconds', 0):.0f} s; per part: {res.get('timings_s', {})}\n")
+
+
+def _cpu_split(run: dict[str, Any]) -> str:
+    parts = run.get("cpu_ms_per_txn_by_process", {})
+    coordinators = sum(v for k, v in parts.items() if k.startswith("coordinator"))
+    return (f"{run['cpu_ms_per_txn']:.2f} / {coordinators:.2f} / "
+            f"{parts.get('node', 0):.2f} / {parts.get('postgres', 0):.2f}")
 
 
 def table(res: dict[str, Any]) -> str:

@@ -3,8 +3,8 @@
 The lifespan owns everything with a life of its own and stops it in reverse order: the
 database engine (migrated with Alembic first, unless told not to), the HTTP client for the
 storage nodes, the marker channel, the leases and the background loops (lease renewal,
-expiry scan, partition reconciler). Clocks and the node transport are parameters, so tests
-drive time by hand and can stand in for storage nodes.
+expiry scan, partition reconciler, metadata refresh, the controller). Clocks and the node
+transport are parameters, so tests drive time by hand and can stand in for storage nodes.
 """
 
 from __future__ import annotations
@@ -16,40 +16,62 @@ from collections.abc import AsyncIterator
 
 import anyio
 import httpx
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
+from coordinator_service import console
 from coordinator_service.acls import AclRules
 from coordinator_service.api import (
     acls,
     admin,
+    hanging,
     health,
     internal,
     metadata,
+    replication,
     transactions,
 )
 from coordinator_service.clock import Clock, SystemClock
-from coordinator_service.db.engine import Database, make_engine, upgrade
+from coordinator_service.controller import Controller, ensure_controller_row
+from coordinator_service.db.engine import UNAVAILABLE, Database, make_engine, upgrade
 from coordinator_service.expiry import ExpiryScanner
+from coordinator_service.hanging.detector import HangingDetector
+from coordinator_service.hanging.nodes import NodeCalls
 from coordinator_service.instances import InstanceRegistry
 from coordinator_service.leases import LeaseManager
 from coordinator_service.markers import MarkerChannel
 from coordinator_service.metadata import Metadata, bootstrap
 from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.node_link import node_link
+from coordinator_service.partition_state import StoredPartition
 from coordinator_service.producer_ids import ProducerIdManager
+from coordinator_service.replication import Replication
 from coordinator_service.services import Services
 from coordinator_service.settings import CoordinatorSettings
+from coordinator_service.state_push import StatePusher
+from coordinator_service.topic_config import TopicRetention
 from coordinator_service.transactions.batcher import WriteBatcher
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
 from coordinator_service.transactions.store import TransactionStore
+from eos_protocol.errors import CoordinatorNotAvailableError
 from eos_security import access as access_control
 from eos_security.access import AccessControl
 from eos_security.authorizer import Authorizer
 from eos_server import fastpath
-from eos_server.envelope import install_error_handlers
+from eos_server.envelope import error_response, install_error_handlers
 from eos_server.middleware import RequestShape
 
 log = logging.getLogger("eos.coordinator")
+
+
+async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    """A request that needed the database while it could not be reached: retriable (a
+    restart of PostgreSQL, a failover of its host), so the client tries again."""
+    log.warning("%s %s: the database is unavailable: %s", request.method, request.url.path,
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__)  # fmt: skip
+    return error_response(
+        CoordinatorNotAvailableError("the coordinator's database cannot be reached now")
+    )
 
 
 def create_app(
@@ -61,7 +83,8 @@ def create_app(
     background: bool = True,
 ) -> FastAPI:
     """Build the app. ``background=False`` leaves the periodic loops off (tests call
-    ``services.expiry.run_once()`` and ``services.leases.run_round()`` themselves)."""
+    ``services.expiry.run_once()``, ``services.leases.run_round()`` and
+    ``services.controller.run_once()`` themselves)."""
     txn_clock = clock or SystemClock()
     leases_clock = lease_clock or SystemClock()
     access = AccessControl(settings.token_registry(), Authorizer(settings.super_user_list))
@@ -80,6 +103,7 @@ def create_app(
         cluster_id, node_id = await db.run(
             bootstrap, sorted(nodes), settings.group_offset_partitions, settings.instance_id,
             settings.effective_public_url, txn_clock.now_ms(),
+            settings.default_replication_factor,
         )
         http = httpx.AsyncClient(
             transport=node_transport,
@@ -92,6 +116,11 @@ def create_app(
             db, nodes=nodes, client=http, internal_token=settings.internal_token,
             clock=txn_clock, reconcile_interval_ms=settings.reconcile_interval_ms,
             offsets_partitions=settings.group_offset_partitions, metrics=metrics,
+            default_replication_factor=settings.default_replication_factor,
+            refresh_interval_ms=settings.metadata_refresh_ms,
+            default_retention=TopicRetention(
+                settings.default_retention_ms, settings.default_retention_bytes
+            ),
         )
         md.cluster_id = cluster_id
         await md.refresh()
@@ -109,7 +138,9 @@ def create_app(
             nodes=nodes, link=link, internal_token=settings.internal_token, clock=txn_clock,
             backoff_max_ms=settings.marker_backoff_max_ms,
             batch_partitions=settings.marker_batch_partitions, metrics=metrics,
+            leader_of=md.cached_leader, on_stale_leader=md.request_refresh,
         )
+        md.leader_listeners.append(markers.leaders_changed)
         coordinator = TransactionCoordinator(
             db=db, store=store, writer=writer, markers=markers, producer_ids=pids, metadata=md,
             metrics=metrics, clock=txn_clock, lease_clock=leases_clock,
@@ -122,7 +153,7 @@ def create_app(
             node_id=node_id, partitions=settings.txn_log_partitions,
             lease_ms=settings.lease_ms, renew_interval_ms=settings.lease_renew_interval_ms,
             clock=leases_clock, on_acquired=coordinator.load, on_lost=coordinator.unload,
-            metrics=metrics,
+            on_handoff=coordinator.hand_off, metrics=metrics,
         )
         coordinator.leases = leases
         expiry = ExpiryScanner(
@@ -139,12 +170,42 @@ def create_app(
         )
         await acl_rules.reload()
         access.refresh = acl_rules.reload
+        await db.run(ensure_controller_row)
+        pusher = StatePusher(http, nodes=nodes, internal_token=settings.internal_token)
+        md.deliver_states = pusher.deliver
+        replicas = Replication(
+            db, nodes=nodes, clock=leases_clock,
+            session_timeout_ms=settings.node_session_timeout_ms, metrics=metrics,
+            on_state=pusher.push,
+        )
+
+        def changed_state(state: StoredPartition) -> None:
+            replicas.forget_states()  # heartbeat answers from now on carry the new state
+            pusher.push(state)
+
+        controller = Controller(
+            db, instance_id=settings.instance_id, url=settings.effective_public_url,
+            node_id=node_id, clock=leases_clock, lease_ms=settings.lease_ms,
+            session_timeout_ms=settings.node_session_timeout_ms,
+            interval_ms=settings.controller_interval_ms,
+            rebalance_interval_ms=settings.leader_rebalance_interval_ms, metrics=metrics,
+            on_change=md.request_refresh, on_state=changed_state,
+        )
+        detector = HangingDetector(
+            db=db, coordinator=coordinator, metadata=md, controller=controller,
+            calls=NodeCalls(http, nodes, settings.internal_token), clock=txn_clock,
+            metrics=metrics, max_timeout_ms=settings.max_transaction_timeout_ms,
+            margin_ms=settings.hanging_margin_ms,
+            abort_after_ms=settings.abort_hanging_after_ms,
+            interval_ms=settings.hanging_scan_interval_ms,
+        )
         app.state.services = Services(
             settings=settings, clock=txn_clock, lease_clock=leases_clock, db=db, store=store,
             http=http, metadata=md, producer_ids=pids, markers=markers,
             coordinator=coordinator, leases=leases, expiry=expiry, metrics=metrics,
             node_id=node_id, writer=writer, access=access, acl_rules=acl_rules,
-            instances=instances,
+            instances=instances, controller=controller, replication=replicas,
+            hanging=detector,
         )
         writer.start()
         markers.start(coordinator.complete_jobs)
@@ -154,9 +215,12 @@ def create_app(
             tasks.append(asyncio.create_task(md.run_reconciler(), name="reconciler"))
             tasks.append(asyncio.create_task(acl_rules.run_forever(), name="acls"))
             tasks.append(asyncio.create_task(instances.run_forever(), name="heartbeat"))
+            tasks.append(asyncio.create_task(md.run_refresher(), name="metadata"))
             if background:
+                tasks.append(asyncio.create_task(controller.run_forever(), name="controller"))
                 tasks.append(asyncio.create_task(leases.run_forever(), name="leases"))
                 tasks.append(asyncio.create_task(expiry.run_forever(), name="expiry"))
+                tasks.append(asyncio.create_task(detector.run_forever(), name="hanging"))
             log.info(
                 "coordinator %s (node id %d) ready at %s, owning %d log partitions",
                 settings.instance_id, node_id, settings.effective_public_url,
@@ -164,20 +228,26 @@ def create_app(
             )
             yield
         finally:
-            for task in reversed(tasks):
-                task.cancel()
-            for task in reversed(tasks):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await markers.stop()
-            await writer.stop()
-            with contextlib.suppress(Exception):
-                await leases.release_all()
-            with contextlib.suppress(Exception):
-                await instances.stop()
-            await link.close()
-            await http.aclose()
-            db.dispose()
+            try:
+                for task in reversed(tasks):
+                    task.cancel()
+                for task in reversed(tasks):
+                    # a loop that died of an error has been logged; stop the rest anyway
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+                await markers.stop()
+                await writer.stop()
+                with contextlib.suppress(Exception):
+                    await leases.release_all()
+                with contextlib.suppress(Exception):
+                    await controller.release()
+                await pusher.stop()
+                with contextlib.suppress(Exception):
+                    await instances.stop()
+                await link.close()
+                await http.aclose()
+            finally:
+                db.dispose()  # whatever failed above: no connection outlives the app
 
     app = FastAPI(
         title="EOS transaction coordinator",
@@ -186,12 +256,17 @@ def create_app(
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    for unavailable in UNAVAILABLE:
+        app.add_exception_handler(unavailable, _database_unavailable)
     app.include_router(health.router)
     app.include_router(metadata.router)
     app.include_router(admin.router)
+    app.include_router(hanging.router)
     app.include_router(acls.router)
     app.include_router(transactions.router)
+    console.install(app)
     internal.install(app, settings.internal_token)
+    replication.install(app, settings.internal_token)
     fastpath.install(app, [*transactions.FAST_PATHS, *internal.FAST_PATHS])
     access_control.install(app, access, settings.internal_token)
     app.add_middleware(RequestShape)  # outermost: malformed requests stop here

@@ -9,7 +9,8 @@ left out falls back to it, then to the default.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -17,13 +18,21 @@ from coordinator_service.settings import CoordinatorSettings
 from eos_server.process import serve
 from eos_server.settings_cli import setting_option, settings_from_flags, with_settings_flags
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+log = logging.getLogger("eos.coordinator")
+
 
 def run_coordinator(settings: CoordinatorSettings) -> None:
-    from coordinator_service.app import create_app
+    """Serve one instance; with ``instances`` above 1, run and supervise that many."""
+    if settings.instances > 1:
+        from eos_cli.coordinator_group import run_group
 
+        raise SystemExit(run_group(settings))
     serve(
         "coordinator",
-        lambda: create_app(settings),
+        lambda: build_app(settings),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
@@ -34,9 +43,23 @@ def run_coordinator(settings: CoordinatorSettings) -> None:
     )
 
 
+def build_app(settings: CoordinatorSettings) -> FastAPI:
+    """The app, once the database accepts connections (logging is set up by then)."""
+    from coordinator_service.app import create_app
+    from coordinator_service.db.startup import DatabaseUnreachable, wait_for_database
+
+    try:
+        wait_for_database(settings.effective_database_url, settings.database_wait_ms)
+    except DatabaseUnreachable as exc:
+        log.error("coordinator cannot start: %s", exc)
+        raise SystemExit(1) from None
+    return create_app(settings)
+
+
 @with_settings_flags(CoordinatorSettings)
 def coordinator(**flags: Any) -> None:
-    """Run a transaction coordinator (FastAPI under uvicorn)."""
+    """Run a transaction coordinator (FastAPI under uvicorn); with --instances K, K of
+    them on consecutive ports, supervised by this process."""
     run_coordinator(settings_from_flags(CoordinatorSettings, flags))
 
 

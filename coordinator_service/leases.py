@@ -12,6 +12,16 @@ another has taken over.
 On a clean shutdown an instance releases its leases (expiry set to 0) so a survivor takes
 over at its next round instead of after the lease time.
 
+The partitions are shared evenly between the live instances (``lease_balance.py``): each
+round an instance takes free partitions up to its fair share and hands over those above
+it when another instance is short. A hand-over is graceful: requests for the partition
+are answered ``NOT_COORDINATOR`` from then on (clients look the coordinator up again),
+the requests already inside finish and its markers get a moment to complete (within a
+quarter of the lease time, at most 2 s, so the round's other leases stay renewed), its
+state is dropped from memory, and only then is the lease released; the taker loads the records
+from the database and resumes whatever markers are still due. Writes stay fenced in SQL
+throughout, so a step that runs late can change nothing.
+
 The manager also remembers, by its own lease clock, until when each lease is certainly
 still this instance's (``live_token``): the expiry it last wrote, less a safety margin for
 clock skew between instances. Reads served from memory instead of the database (KIP-890's
@@ -31,7 +41,8 @@ from sqlalchemy.engine import Connection
 
 from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database, serialize_first_start
-from coordinator_service.db.schema import leases
+from coordinator_service.db.schema import coordinator_instances, leases
+from coordinator_service.lease_balance import LeasePicture, LeaseRow, RoundPlan, plan_round
 from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.transactions.store import LeaseToken
 from eos_protocol.errors import (
@@ -41,6 +52,13 @@ from eos_protocol.errors import (
 )
 
 log = logging.getLogger("eos.coordinator.leases")
+
+#: How soon the next round comes while the shares are uneven (a partition released for
+#: this instance is taken within this, not a renewal interval later).
+_REBALANCE_POLL_S = 0.1
+
+#: The most a hand-over waits for the partition's requests and markers in flight.
+_HANDOFF_BUDGET_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,21 @@ def ensure_lease_rows(conn: Connection, count: int) -> None:
     missing = [{"log_partition": p} for p in range(count) if p not in existing]
     if missing:
         conn.execute(leases.insert(), missing)
+
+
+def release_lease(conn: Connection, key: int, owner: str, epoch: int) -> None:
+    """Let the lease row ``key`` run out now, if ``owner`` still holds it at ``epoch``: a
+    clean shutdown hands it over at the next round of another instance, not after the
+    lease time. Used for the transaction-log partitions and the controller's row alike."""
+    conn.execute(
+        leases.update()
+        .where(
+            leases.c.log_partition == key,
+            leases.c.owner == owner,
+            leases.c.coordinator_epoch == epoch,
+        )
+        .values(expires_at_ms=0)
+    )
 
 
 def read_owner(conn: Connection, log_partition: int, now_ms: int) -> LeaseOwner:
@@ -87,6 +120,7 @@ class LeaseManager:
         clock: Clock,
         on_acquired: Callable[[LeaseToken], Awaitable[None]],
         on_lost: Callable[[int], Awaitable[None]],
+        on_handoff: Callable[[int, float], Awaitable[None]] | None = None,
         metrics: CoordinatorMetrics | None = None,
     ) -> None:
         self._db = db
@@ -100,7 +134,14 @@ class LeaseManager:
         self._clock = clock
         self._on_acquired = on_acquired
         self._on_lost = on_lost
+        self._on_handoff = on_handoff or (lambda p, _budget: on_lost(p))
         self.owned: dict[int, int] = {}
+        # partitions being handed over: refused with NOT_COORDINATOR until released
+        self.leaving: set[int] = set()
+        # partition -> lease-clock time until which a partition that failed to load is
+        # left alone (it is taken again once its lease has run out, not at every round)
+        self._set_aside: dict[int, int] = {}
+        self.last_plan: RoundPlan | None = None
         # log partition -> lease-clock time until which the lease is certainly ours
         self._valid_until: dict[int, int] = {}
         self._margin_ms = lease_ms // 4
@@ -138,6 +179,11 @@ class LeaseManager:
         token = self.token(log_partition)
         if token is not None:
             return token
+        if log_partition in self.leaving:
+            raise NotCoordinatorError(
+                f"transaction log partition {log_partition} is moving to another "
+                "coordinator; look it up again"
+            )
         if log_partition in self.loading or not self.ready:
             raise CoordinatorLoadInProgressError(
                 f"transaction log partition {log_partition} is loading"
@@ -188,27 +234,86 @@ class LeaseManager:
             sa.select(sa.func.min(leases.c.expires_at_ms))
             .where(leases.c.owner.is_not(None), leases.c.owner != self.instance_id)
             .where(leases.c.expires_at_ms > now)
-            .where(leases.c.log_partition < self._partitions)
+            .where(leases.c.log_partition >= 0, leases.c.log_partition < self._partitions)
         ).scalar()
         return None if soonest is None else int(soonest)
 
-    def _acquire(self, conn: Connection, now: int) -> list[tuple[int, int]]:
+    def _picture(self, conn: Connection, now: int) -> LeasePicture:
+        """Who holds what and who is alive, as this round's plan needs it."""
+        rows = conn.execute(
+            sa.select(leases.c.log_partition, leases.c.owner, leases.c.expires_at_ms)
+            # rows below 0 are not transaction-log partitions (the controller's is -1)
+            .where(leases.c.log_partition >= 0, leases.c.log_partition < self._partitions)
+        ).all()
+        beating = conn.execute(
+            sa.select(coordinator_instances.c.instance_id).where(
+                coordinator_instances.c.heartbeat_ms >= now - self._lease_ms // 2
+            )
+        ).scalars()
+        return LeasePicture(
+            me=self.instance_id,
+            partitions=self._partitions,
+            rows=tuple(
+                LeaseRow(
+                    int(r.log_partition),
+                    r.owner,
+                    r.owner is not None
+                    and int(r.expires_at_ms) > now
+                    and not self._reclaimable(int(r.log_partition), r.owner, now),
+                )
+                for r in rows
+            ),
+            beating=frozenset(str(b) for b in beating),
+        )
+
+    def _reclaimable(self, log_partition: int, owner: str | None, now: int) -> bool:
+        """A live row naming this instance that it does not know it owns: left by an
+        earlier process under the same ``--instance-id`` (a restart, a supervisor's child
+        started again). It is taken back at once rather than after its lease runs out;
+        the take bumps the epoch, so nothing that earlier process might still send can
+        write. A partition set aside after a failed load waits out its lease instead."""
+        return (
+            owner == self.instance_id
+            and log_partition not in self.owned
+            and log_partition not in self.leaving
+            and self._set_aside.get(log_partition, 0) <= now
+        )
+
+    def _acquire(self, conn: Connection, now: int, limit: int) -> list[tuple[int, int]]:
+        """Take up to ``limit`` free partitions, lowest first, each by compare-and-set on
+        the epoch read (another instance taking the same row makes ours a no-op)."""
         self._foreign_expiry = self._next_foreign_expiry(conn, now)
+        if limit <= 0:
+            return []
         free = conn.execute(
-            sa.select(leases.c.log_partition, leases.c.coordinator_epoch)
-            .where(sa.or_(leases.c.owner.is_(None), leases.c.expires_at_ms <= now))
-            .where(leases.c.log_partition < self._partitions)
+            sa.select(
+                leases.c.log_partition, leases.c.coordinator_epoch, leases.c.owner,
+                leases.c.expires_at_ms,
+            )
+            .where(sa.or_(
+                leases.c.owner.is_(None), leases.c.expires_at_ms <= now,
+                leases.c.owner == self.instance_id,
+            ))
+            .where(leases.c.log_partition >= 0, leases.c.log_partition < self._partitions)
             .order_by(leases.c.log_partition)
         ).all()
         taken: list[tuple[int, int]] = []
         for row in free:
+            if len(taken) >= limit:
+                break
             p, epoch = int(row.log_partition), int(row.coordinator_epoch)
+            running = row.owner is not None and int(row.expires_at_ms) > now
+            if running and not self._reclaimable(p, row.owner, now):
+                continue
             result = conn.execute(
                 leases.update()
                 .where(
                     leases.c.log_partition == p,
                     leases.c.coordinator_epoch == epoch,
-                    sa.or_(leases.c.owner.is_(None), leases.c.expires_at_ms <= now),
+                    sa.or_(
+                        leases.c.owner.is_(None), leases.c.expires_at_ms <= now,
+                        leases.c.owner == self.instance_id,
+                    ),
                 )
                 .values(
                     owner=self.instance_id,
@@ -222,8 +327,40 @@ class LeaseManager:
                 taken.append((p, epoch + 1))
         return taken
 
+    async def hand_off(self, log_partitions: tuple[int, ...]) -> None:
+        """Give partitions to whoever is short of them: refuse new requests, let the
+        coordinator finish and unload each, then release its lease."""
+        epochs = {p: self.owned[p] for p in log_partitions if p in self.owned}
+        if not epochs:
+            return
+        self.leaving.update(epochs)
+        for p in epochs:
+            self.owned.pop(p, None)
+            self._valid_until.pop(p, None)
+        try:
+            # The round waits for this, and the other leases were renewed at its start:
+            # a quarter of the lease time leaves them well inside their expiry.
+            budget = min(_HANDOFF_BUDGET_S, self._lease_ms / 4000)
+            results = await asyncio.gather(
+                *(self._on_handoff(p, budget) for p in epochs), return_exceptions=True
+            )
+            for p, result in zip(epochs, results, strict=True):
+                if isinstance(result, BaseException):
+                    log.error("hand-over of transaction log partition %d: %s", p, result)
+
+            def release(conn: Connection) -> None:
+                for p, epoch in sorted(epochs.items()):
+                    release_lease(conn, p, self.instance_id, epoch)
+
+            await self._db.run(release)
+            self._metrics.lease_handoffs.inc(len(epochs))
+            log.info("handed over transaction log partitions %s", sorted(epochs))
+        finally:
+            self.leaving.difference_update(epochs)
+
     async def run_round(self) -> None:
-        """Renew what we own, drop what we lost, take what is free and load it."""
+        """Renew what we own, drop what we lost, hand over what is above our share, take
+        free partitions up to it and load them."""
         async with self._round_lock:
             now = self._clock.now_ms()
             renewing = dict(self.owned)
@@ -233,7 +370,11 @@ class LeaseManager:
                     self._valid_until[p] = now + self._lease_ms
             for p in lost:
                 await self.drop(p)
-            taken = await self._db.run(self._acquire, now)
+            picture = await self._db.run(self._picture, now)
+            plan = self.last_plan = plan_round(picture, self.owned)
+            if plan.give:
+                await self.hand_off(plan.give)
+            taken = await self._db.run(self._acquire, now, plan.take)
             self.loading.update(p for p, _ in taken)
             for p, epoch in taken:
                 try:
@@ -243,6 +384,7 @@ class LeaseManager:
                     # not keep the partitions after it from being loaded. Its lease is left
                     # to run out unrenewed, and it is taken and loaded again after that.
                     self._metrics.set_aside.labels(loop="leases").inc()
+                    self._set_aside[p] = now + self._lease_ms
                     log.exception("transaction log partition %d could not be loaded; "
                                   "trying again when its lease runs out", p)
                     with contextlib.suppress(Exception):
@@ -272,6 +414,8 @@ class LeaseManager:
         lease runs out before then, so a dead owner's partitions are taken as soon as its
         lease allows rather than up to a renewal interval later."""
         wait = self._renew_interval_s
+        if self.last_plan is not None and self.last_plan.imbalanced:
+            wait = min(wait, _REBALANCE_POLL_S)  # a hand-over is under way: pick it up soon
         if self._foreign_expiry is not None:
             until_free = (self._foreign_expiry - self._clock.now_ms() + 5) / 1000
             wait = min(wait, max(0.01, until_free))
@@ -286,21 +430,25 @@ class LeaseManager:
                 log.exception("lease round failed")
 
     async def release_all(self) -> None:
-        owned = dict(self.owned)
-        self.owned.clear()
-        self._valid_until.clear()
+        """Release every transaction-log lease this instance holds (a clean stop).
 
-        def release(conn: Connection) -> None:
-            for p, epoch in sorted(owned.items()):
+        Waits for a round in flight first: its database work may still be taking rows on
+        a worker thread after its task was cancelled, rows this instance would then never
+        know it owns. So the release goes by owner, not by what is known to be owned (an
+        instance id names one process's life, so no other process's rows match)."""
+        async with self._round_lock:
+            self.owned.clear()
+            self._valid_until.clear()
+
+            def release(conn: Connection) -> None:
                 conn.execute(
                     leases.update()
                     .where(
-                        leases.c.log_partition == p,
                         leases.c.owner == self.instance_id,
-                        leases.c.coordinator_epoch == epoch,
+                        leases.c.log_partition >= 0,
+                        leases.c.log_partition < self._partitions,
                     )
                     .values(expires_at_ms=0)
                 )
 
-        if owned:
             await self._db.run(release)

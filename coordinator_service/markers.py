@@ -28,6 +28,14 @@ One entry must not hold back the rest:
   answers (401/403, 5xx) are the node's state and are retried for the whole node;
 * a job whose partition is led by a node this coordinator does not know waits (its
   transaction cannot complete) without disturbing the senders of the other nodes;
+* a partition with no live leader (-1, design §7) waits for one.
+
+Leaders move (design §7). A partition answered ``NOT_LEADER_OR_FOLLOWER``,
+``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH`` or ``LEADER_NOT_AVAILABLE`` is set aside
+like any retriable answer and the metadata is asked to read the leaders again
+(``on_stale_leader``), as it is when a node cannot be reached; when a refresh finds a
+leader moved, ``leaders_changed`` moves every pending partition to its current leader's
+sender, to be sent there at once.
 * a Complete* write that fails is retried one job at a time, so a job that fails every
   time is retried alone with a growing backoff instead of taking its batch with it.
 """
@@ -65,6 +73,13 @@ from eos_server.internal import internal_headers
 log = logging.getLogger("eos.coordinator.markers")
 
 FENCED = "TRANSACTION_COORDINATOR_FENCED"
+#: Answers meaning the marker went to a node that does not lead the partition (now).
+STALE_LEADER = frozenset(
+    {"NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH", "UNKNOWN_LEADER_EPOCH",
+     "LEADER_NOT_AVAILABLE"}
+)
+#: The leader of a partition none leads now (eos_protocol.replication.NO_LEADER).
+NO_LEADER = -1
 #: Answers refusing what a request holds, not the node's state: a smaller one may pass.
 CONTENT_REFUSED = frozenset({400, 413, 422})
 #: First backoff of a partition that answered a retriable error (doubling up to the max).
@@ -136,8 +151,12 @@ class MarkerChannel:
         backoff_max_ms: int,
         batch_partitions: int,
         metrics: CoordinatorMetrics | None = None,
+        leader_of: Callable[[str, int], int | None] | None = None,
+        on_stale_leader: Callable[[], None] | None = None,
     ) -> None:
         self._nodes = nodes
+        self._leader_of = leader_of
+        self._on_stale_leader = on_stale_leader or (lambda: None)
         self._urls = {n: join(url, "internal", "v1", "markers") for n, url in nodes.items()}
         self._link = link
         self._metrics = metrics or CoordinatorMetrics()
@@ -198,6 +217,11 @@ class MarkerChannel:
             if wake is not None:
                 wake.set()
                 continue
+            if node == NO_LEADER:
+                log.info("markers of %r for %s wait for a leader", job.transactional_id,
+                         sorted(job.pending[node]))
+                self._on_stale_leader()
+                continue
             self._metrics.set_aside.labels(loop="markers").inc()
             log.error(
                 "markers of %r for %s wait: node %d is not among this coordinator's nodes",
@@ -205,6 +229,39 @@ class MarkerChannel:
                 extra={"transactional_id": job.transactional_id, "node_id": node},
             )
         return job
+
+    def leaders_changed(self) -> None:
+        """Move every pending partition whose leader moved to its new leader's sender
+        (its own backoff forgotten: the new leader has not refused anything)."""
+        if self._leader_of is None:
+            return
+        woken: set[int] = set()
+        for job in self.jobs.values():
+            moves: list[tuple[int, int, TopicPartitionKey]] = []
+            for node, parts in job.pending.items():
+                for tp in parts:
+                    leader = self._leader_of(tp[0], tp[1])
+                    if leader is not None and leader != node:
+                        moves.append((node, leader, tp))
+            for old, new, tp in moves:
+                job.pending[old].discard(tp)
+                job.pending.setdefault(new, set()).add(tp)
+                job.deferred.pop(tp, None)
+                woken.add(new)
+            for node in [n for n, parts in job.pending.items() if not parts]:
+                del job.pending[node]
+        for node in woken:
+            wake = self._wake.get(node)
+            if wake is not None:
+                wake.set()
+
+    async def drain(self, log_partition: int, timeout_s: float) -> None:
+        """Wait, at most ``timeout_s``, for the jobs of a partition about to be handed over
+        to finish, so the next owner has fewer markers to send again."""
+        waiting = [job.done for job in self.jobs.values()
+                   if job.token.log_partition == log_partition]
+        if waiting:
+            await asyncio.wait([asyncio.shield(done) for done in waiting], timeout=timeout_s)
 
     def abandon(self, log_partition: int) -> None:
         """Give up the jobs of a partition whose lease this instance has lost."""
@@ -324,6 +381,7 @@ class MarkerChannel:
             )
         except httpx.HTTPError as exc:
             log.info("node %d unreachable for markers: %s", node, exc)
+            self._on_stale_leader()  # it may have died, and another may lead its partitions
             raise
         if status in CONTENT_REFUSED:
             await self._refused(node, [(job, parts) for job, parts, _ in items], status, content)
@@ -366,6 +424,7 @@ class MarkerChannel:
         answer: WriteMarkersResponse,
     ) -> None:
         errors = {(r.producer_id, r.topic, r.partition): r.error for r in answer.results}
+        stale = False
         for job, parts, _ in items:
             for tp in parts:
                 if self.jobs.get(job.transactional_id) is not job:
@@ -377,6 +436,8 @@ class MarkerChannel:
                     del self.jobs[job.transactional_id]
                     job.finish(False)
                     break
+                if code in STALE_LEADER:
+                    stale = True
                 if key not in errors or (code in CATALOGUE and CATALOGUE[code].retriable):
                     self._defer(job, tp)
                     continue
@@ -384,6 +445,8 @@ class MarkerChannel:
                     log.warning("marker for %s on %s/%d: %s (counted as written)",
                                 job.transactional_id, tp[0], tp[1], code)
                 self._settle(node, job, tp)
+        if stale:
+            self._on_stale_leader()
 
     def _defer(self, job: MarkerJob, tp: TopicPartitionKey) -> None:
         """Set one partition aside for a backoff of its own; the node's others go on."""

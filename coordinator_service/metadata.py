@@ -2,36 +2,27 @@
 
 The coordinator is the metadata authority. A topic's partitions are placed round-robin on
 the configured storage nodes (starting at a node picked from the name, so small topics do
-not all land on node 1) and recorded in ``topic_partitions``; the coordinator then creates
-each partition on its node (``PUT /internal/v1/partitions/...``, idempotent). Nodes may be
-down or not yet started when a partition is placed, so the ``created_on_node`` flag drives
-a reconciler that keeps trying until every node has its partitions. The
+not all land on node 1), each on ``replication_factor`` distinct nodes, the first of them
+its preferred leader, and recorded in ``topic_partitions``; the reconciler
+(``reconciler.py``) then creates each partition on every replica. The
 ``__consumer_offsets`` topic is placed at the first start of a cluster.
 
-Placement never changes once written, so a partition's leader is cached for good; the
-cache is reloaded only on a miss (a topic created through another instance).
-
-The reconciler tells a node that is *away* from a node that *refuses*. Away — no
-connection, a timeout, a 5xx/503 answer, or credentials the node does not take — is the
-node's state: the rest of that node's partitions wait for a later round. Refused — a 4xx
-answer in the error envelope, or a name no URL can carry (``eos_protocol.paths.segment``
-refuses ``..`` before anything is sent) — is the partition's state: the reason is logged,
-counted and stored in ``topic_partitions.creation_error`` (describe shows it), the round
-goes on with the other partitions, and that partition is tried again only every
-``REFUSED_RETRY_S`` (and once after each start), or at the next round once an operator
-clears its ``creation_error``. A topic named ``..``, written by a version that still
-accepted it, once stopped every partition created after it: each round stopped at it.
+Leaders move (design §7: the controller elects a new one when a leader's node dies), so
+the cache of partition states is read again every ``metadata_refresh_ms``, at once when
+someone asks (``request_refresh``: a marker answered NOT_LEADER_OR_FOLLOWER), and on a
+miss; whoever follows leaders (the marker channel) is told when one has moved. Topic
+answers (``GET /v1/topics/{t}``, ``GET /v1/metadata``) are read afresh, so clients follow
+leader changes through them. Partitions of one replica never move.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
 import uuid
-import zlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import httpx
 import sqlalchemy as sa
@@ -42,115 +33,96 @@ from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import cluster, coordinator_instances, topic_partitions, topics
 from coordinator_service.metrics import CoordinatorMetrics
-from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, ErrorEnvelope, read_answer_json
+from coordinator_service.partition_state import (
+    PartitionKey,
+    StoredPartition,
+    decode_ids,
+    encode_ids,
+    place_replicas,
+    read_states,
+)
+from coordinator_service.reconciler import Reconciler
+from coordinator_service.topic_config import (
+    UNLIMITED,
+    TopicRetention,
+    alter_retention,
+    check_alterable,
+)
+from eos_protocol.common import CONSUMER_OFFSETS_TOPIC
 from eos_protocol.coordinator import NodeInfo, PartitionInfo, TopicInfo
 from eos_protocol.errors import (
     InvalidRequestError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from eos_protocol.paths import join
-from eos_server.internal import internal_headers
+from eos_protocol.replication import NO_LEADER
 
 log = logging.getLogger("eos.coordinator.metadata")
 
 TP = topic_partitions
-
-#: How often a partition its node refused is tried again (besides once after each start).
-REFUSED_RETRY_S = 300.0
-#: Answers that say the node cannot serve now, whatever the partition: try again later.
-_AWAY_STATUSES = frozenset({401, 403, 408, 425, 429})
-
-PartitionKey = tuple[str, int]
-
-
-class Placed(NamedTuple):
-    """A ``topic_partitions`` row not yet created on its node."""
-
-    topic: str
-    partition: int
-    node_id: int
-    error: str | None
+#: The least time between two reads of the partition states, however often asked.
+MIN_REFRESH_GAP_S = 0.1
 
 
 @dataclass(frozen=True)
-class Attempt:
-    """What asking a node to create one partition came to: created, refused (``refusal``
-    says why, and it is the partition's problem) or neither (``away`` says why, and it
-    is the node's problem)."""
+class TopicReplication:
+    """A topic's replication settings, checked against the nodes there are."""
 
-    created: bool = False
-    refusal: str | None = None
-    away: str | None = None
+    factor: int
+    min_insync: int
+    unclean: bool = False
 
-
-def judge(status: int, content: bytes) -> Attempt:
-    """Read a node's answer to ``PUT /internal/v1/partitions/{topic}/{partition}``.
-
-    Only a 4xx carrying the error envelope is the node's verdict on this partition; 5xx,
-    timeouts and throttling are transient, 401/403 mean the node refuses this coordinator
-    altogether, and an answer without the envelope did not come from a storage node.
-    """
-    if status == 200:
-        return Attempt(created=True)
-    if status < 400 or status >= 500 or status in _AWAY_STATUSES:
-        return Attempt(away=f"HTTP {status}")
-    try:
-        error = read_answer_json(ErrorEnvelope, content).error
-    except ValueError:
-        return Attempt(away=f"HTTP {status} without the error envelope")
-    return Attempt(refusal=f"{error.code} (HTTP {status}): {error.message}")
-
-
-def pending_rows(conn: Connection, topic: str | None) -> list[Placed]:
-    """The partitions not yet created on their nodes (of one topic, or of all)."""
-    query = sa.select(TP.c.topic, TP.c.partition, TP.c.node_id, TP.c.creation_error).where(
-        TP.c.created_on_node == sa.false()
-    )
-    if topic is not None:
-        query = query.where(TP.c.topic == topic)
-    return [Placed(r.topic, r.partition, r.node_id, r.creation_error) for r in conn.execute(query)]
-
-
-def record_attempts(
-    conn: Connection, created: list[PartitionKey], refused: dict[PartitionKey, str]
-) -> None:
-    """Store what a round found: created partitions lose any old refusal."""
-    for topic, partition in created:
-        conn.execute(
-            TP.update()
-            .where(TP.c.topic == topic, TP.c.partition == partition)
-            .values(created_on_node=True, creation_error=None)
-        )
-    for (topic, partition), reason in refused.items():
-        conn.execute(
-            TP.update()
-            .where(
-                TP.c.topic == topic,
-                TP.c.partition == partition,
-                TP.c.created_on_node == sa.false(),
+    @classmethod
+    def choose(
+        cls, factor: int | None, min_insync: int | None, unclean: bool, *, default: int,
+        nodes: int,
+    ) -> TopicReplication:
+        """The settings asked for, defaults filled in; ``INVALID_REQUEST`` when the nodes
+        cannot hold them (before anything is written)."""
+        rf = default if factor is None else factor
+        if rf > nodes:
+            origin = "" if factor is not None else " (the coordinator's default)"
+            raise InvalidRequestError(
+                f"replication factor {rf}{origin} is larger than the number of storage "
+                f"nodes ({nodes}): each replica needs a node of its own"
             )
-            .values(creation_error=reason)
-        )
+        isr = min(2, rf) if min_insync is None else min_insync
+        if not 1 <= isr <= rf:
+            raise InvalidRequestError(
+                f"min_insync_replicas must be between 1 and the replication factor {rf}, "
+                f"not {isr}"
+            )
+        return cls(rf, isr, unclean)
 
 
-def place(name: str, partitions: int, node_ids: list[int]) -> list[int]:
-    """Round-robin placement: partition i goes to the (start + i)-th node."""
-    start = zlib.crc32(name.encode()) % len(node_ids)
-    return [node_ids[(start + i) % len(node_ids)] for i in range(partitions)]
+ONE_REPLICA = TopicReplication(1, 1)
 
 
 def _insert_topic(
-    conn: Connection, name: str, nodes: list[int], internal: bool, now_ms: int
+    conn: Connection,
+    name: str,
+    placement: list[tuple[int, ...]],
+    internal: bool,
+    now_ms: int,
+    replication: TopicReplication = ONE_REPLICA,
+    retention: TopicRetention = UNLIMITED,
 ) -> None:
     conn.execute(
         topics.insert().values(
-            name=name, partitions=len(nodes), internal=internal, created_ms=now_ms
+            name=name, partitions=len(placement), internal=internal, created_ms=now_ms,
+            replication_factor=replication.factor,
+            min_insync_replicas=replication.min_insync,
+            unclean_leader_election=replication.unclean,
+            retention_ms=retention.ms, retention_bytes=retention.bytes,
         )
     )
     conn.execute(
         TP.insert(),
-        [{"topic": name, "partition": i, "node_id": n} for i, n in enumerate(nodes)],
+        [
+            {"topic": name, "partition": i, "node_id": replicas[0],
+             "replicas": encode_ids(replicas), "isr": encode_ids(replicas)}
+            for i, replicas in enumerate(placement)
+        ],
     )
 
 
@@ -161,9 +133,11 @@ def bootstrap(
     instance_id: str,
     url: str,
     now_ms: int,
+    replication_factor: int = 1,
 ) -> tuple[str, int]:
     """First-start work (idempotent): cluster id, ``__consumer_offsets``, our instance row.
 
+    ``__consumer_offsets`` gets ``replication_factor`` replicas (at most one per node).
     Returns the cluster id and this instance's numeric id.
     """
     serialize_first_start(conn)
@@ -175,8 +149,12 @@ def bootstrap(
         sa.select(topics.c.name).where(topics.c.name == CONSUMER_OFFSETS_TOPIC)
     ).first()
     if exists is None and node_ids:
-        placement = place(CONSUMER_OFFSETS_TOPIC, offsets_partitions, node_ids)
-        _insert_topic(conn, CONSUMER_OFFSETS_TOPIC, placement, True, now_ms)
+        rf = min(replication_factor, len(node_ids))
+        placement = place_replicas(CONSUMER_OFFSETS_TOPIC, offsets_partitions, node_ids, rf)
+        _insert_topic(
+            conn, CONSUMER_OFFSETS_TOPIC, placement, True, now_ms,
+            TopicReplication(rf, min(2, rf)),
+        )
     # A restart under the same --instance-id keeps its row (and so its node id).
     known = conn.execute(
         sa.select(coordinator_instances.c.id).where(
@@ -198,8 +176,66 @@ def bootstrap(
     return str(cluster_id), int(pk[0])
 
 
+def _ids(text: str | None, own: int) -> tuple[int, ...]:
+    """Replicas or ISR as stored; ``[]`` (an older version's row) or an unreadable list
+    reads as the leader alone."""
+    fallback = (own,) if own != NO_LEADER else ()
+    try:
+        return decode_ids(text) or fallback
+    except ValueError:
+        return fallback
+
+
+@dataclass(frozen=True)
+class CachedPartition:
+    """What the cache knows of one partition."""
+
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader_epoch: int
+    created: bool
+    error: str | None
+
+
+@dataclass(frozen=True)
+class CachedTopic:
+    partitions: int
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
+    retention: TopicRetention = UNLIMITED
+
+
+PartitionRow = sa.Row[tuple[str, int, int, bool, str | None, str, str, int]]
+TopicRow = sa.Row[tuple[str, int, int, int, int, int]]
+
+
+def _select_partitions() -> sa.Select[tuple[str, int, int, bool, str | None, str, str, int]]:
+    return sa.select(
+        TP.c.topic, TP.c.partition, TP.c.node_id, TP.c.created_on_node, TP.c.creation_error,
+        TP.c.replicas, TP.c.isr, TP.c.leader_epoch,
+    )
+
+
+def _select_topics() -> sa.Select[tuple[str, int, int, int, int, int]]:
+    return sa.select(
+        topics.c.name, topics.c.partitions, topics.c.replication_factor,
+        topics.c.min_insync_replicas, topics.c.retention_ms, topics.c.retention_bytes,
+    )
+
+
+def _load_all(conn: Connection) -> tuple[list[TopicRow], list[PartitionRow]]:
+    return list(conn.execute(_select_topics())), list(conn.execute(_select_partitions()))
+
+
+def _load_topic(conn: Connection, name: str) -> tuple[list[TopicRow], list[PartitionRow]]:
+    found = list(conn.execute(_select_topics().where(topics.c.name == name)))
+    rows = list(conn.execute(_select_partitions().where(TP.c.topic == name)))
+    return found, rows
+
+
 class Metadata:
-    """Topics and partition placement, cached; creation on the nodes, retried."""
+    """Topics, partition placement and leaders, cached; creation on the nodes, retried."""
 
     def __init__(
         self,
@@ -212,96 +248,140 @@ class Metadata:
         reconcile_interval_ms: int,
         offsets_partitions: int,
         metrics: CoordinatorMetrics | None = None,
+        default_replication_factor: int = 1,
+        refresh_interval_ms: int = 1_000,
+        default_retention: TopicRetention = UNLIMITED,
     ) -> None:
         self._db = db
         self.nodes = dict(sorted(nodes.items()))
-        self._client = client
-        self._token = internal_token
         self._clock = clock
-        self._interval_s = reconcile_interval_ms / 1000
         self.offsets_partitions = offsets_partitions
         self.metrics = metrics or CoordinatorMetrics()
-        self.refused_retry_s = REFUSED_RETRY_S
+        self.default_replication_factor = default_replication_factor
+        self.default_retention = default_retention
+        self._refresh_interval_s = refresh_interval_ms / 1000
         self.cluster_id = ""
-        self._leaders: dict[PartitionKey, int] = {}
-        self._topics: dict[str, int] = {}
-        # (created on its node, why its node refused it) per partition
-        self._created: dict[PartitionKey, tuple[bool, str | None]] = {}
-        # monotonic time this instance last asked for a refused partition
-        self._refused_tried: dict[PartitionKey, float] = {}
-        self._in_flight: set[PartitionKey] = set()
-        self._node_trouble: dict[int, str] = {}
+        # Sends partition states to their replicas and waits (the controller's pusher);
+        # a replicated topic's creation is answered once its leaders have theirs.
+        self.deliver_states: Callable[[list[StoredPartition]], Awaitable[None]] | None = None
+        self._partitions: dict[PartitionKey, CachedPartition] = {}
+        self._topics: dict[str, CachedTopic] = {}
+        # topics created by this instance so far: a refresh whose read may predate one of
+        # them must not drop it (see ``refresh``)
+        self._created = 0
+        #: Called (on the event loop) after a refresh found a partition's leader moved.
+        self.leader_listeners: list[Callable[[], None]] = []
+        self._refresh_wanted = asyncio.Event()
+        self.reconciler = Reconciler(
+            db, nodes=self.nodes, client=client, internal_token=internal_token,
+            interval_ms=reconcile_interval_ms, metrics=self.metrics,
+            on_state=self._creation_state,
+        )
 
     # --- lookups -------------------------------------------------------------------------
 
     def node_info(self, node_id: int) -> NodeInfo:
+        """A node's id and URL; the URL is "" for no leader (-1) or an unknown node."""
         return NodeInfo(node_id=node_id, url=self.nodes.get(node_id, ""))
 
-    def _load_rows(self, rows: list[sa.Row[tuple[str, int, int, bool, str | None]]]) -> None:
+    def _load(self, topic_rows: list[TopicRow], rows: list[PartitionRow]) -> None:
+        moved = False
+        for t in topic_rows:
+            self._topics[t.name] = CachedTopic(
+                int(t.partitions), int(t.replication_factor), int(t.min_insync_replicas),
+                TopicRetention(int(t.retention_ms), int(t.retention_bytes)),
+            )  # fmt: skip
         for r in rows:
-            self._leaders[(r.topic, r.partition)] = r.node_id
-            self._created[(r.topic, r.partition)] = (r.created_on_node, r.creation_error)
-
-    @staticmethod
-    def _select_partitions() -> sa.Select[tuple[str, int, int, bool, str | None]]:
-        return sa.select(
-            TP.c.topic, TP.c.partition, TP.c.node_id, TP.c.created_on_node, TP.c.creation_error
-        )
+            key = (r.topic, int(r.partition))
+            before = self._partitions.get(key)
+            leader = int(r.node_id)
+            moved = moved or (before is not None and before.leader != leader)
+            self._partitions[key] = CachedPartition(
+                leader=leader,
+                replicas=_ids(r.replicas, leader),
+                isr=_ids(r.isr, leader),
+                leader_epoch=int(r.leader_epoch),
+                created=bool(r.created_on_node),
+                error=r.creation_error,
+            )
+        if moved:
+            for listener in self.leader_listeners:
+                listener()
 
     async def refresh(self) -> None:
-        def load(
-            conn: Connection,
-        ) -> tuple[dict[str, int], list[sa.Row[tuple[str, int, int, bool, str | None]]]]:
-            ts = {r.name: r.partitions for r in conn.execute(sa.select(topics))}
-            return ts, list(conn.execute(self._select_partitions()))
+        """Read every topic and partition state again. The topic list is replaced only
+        when no topic was created here while the read ran: a read that began before the
+        creation committed would otherwise drop the new topic from this instance's view
+        (and its creator's answer) until the next refresh."""
+        created = self._created
+        topic_rows, rows = await self._db.run(_load_all)
+        if self._created == created:
+            self._topics = {}
+        self._load(topic_rows, rows)
 
-        self._topics, rows = await self._db.run(load)
-        self._load_rows(rows)
+    def request_refresh(self) -> None:
+        """Read the partition states again soon (a leader seems to have moved)."""
+        self._refresh_wanted.set()
+
+    async def run_refresher(self) -> None:
+        """Read the partition states every ``refresh_interval``, or sooner on request."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._refresh_wanted.wait(), self._refresh_interval_s)
+            self._refresh_wanted.clear()
+            try:
+                await self.refresh()
+            except Exception:  # the database may be away for a while
+                log.exception("metadata refresh failed")
+            await asyncio.sleep(MIN_REFRESH_GAP_S)  # requests coming in a stream
 
     async def leader(self, topic: str, partition: int) -> int | None:
-        """The node leading ``topic/partition``, or None when there is no such partition."""
-        node = self._leaders.get((topic, partition))
-        if node is None:
+        """The node leading ``topic/partition`` (-1: none alive now), or None when there
+        is no such partition."""
+        cached = self._partitions.get((topic, partition))
+        if cached is None:
             await self.refresh()
-            node = self._leaders.get((topic, partition))
-        return node
+            cached = self._partitions.get((topic, partition))
+        return None if cached is None else cached.leader
 
     def cached_leader(self, topic: str, partition: int) -> int | None:
-        return self._leaders.get((topic, partition))
+        cached = self._partitions.get((topic, partition))
+        return None if cached is None else cached.leader
 
     async def topic(self, name: str) -> TopicInfo:
-        """One topic, its creation state read afresh (another instance's reconciler may
-        have created or been refused a partition since)."""
-
-        def load(
-            conn: Connection,
-        ) -> tuple[int | None, list[sa.Row[tuple[str, int, int, bool, str | None]]]]:
-            count = conn.execute(
-                sa.select(topics.c.partitions).where(topics.c.name == name)
-            ).scalar()
-            rows = conn.execute(self._select_partitions().where(TP.c.topic == name))
-            return count, list(rows)
-
-        count, rows = await self._db.run(load)
-        if count is None:
+        """One topic, its state read afresh (another instance's reconciler may have
+        created or been refused a partition since, the controller may have moved a
+        leader)."""
+        topic_rows, rows = await self._db.run(_load_topic, name)
+        if not topic_rows:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-        self._topics[name] = int(count)
-        self._load_rows(rows)
+        self._load(topic_rows, rows)
         return self._topic_info(name)
 
     def _topic_info(self, name: str) -> TopicInfo:
+        topic = self._topics[name]
         parts = []
-        for p in range(self._topics[name]):
-            created, error = self._created.get((name, p), (False, None))
+        for p in range(topic.partitions):
+            cached = self._partitions.get((name, p))
+            if cached is None:
+                continue
             parts.append(
                 PartitionInfo(
                     partition=p,
-                    leader=self.node_info(self._leaders[(name, p)]),
-                    created_on_node=created,
-                    creation_error=None if created else error,
+                    leader=self.node_info(cached.leader),
+                    created_on_node=cached.created,
+                    creation_error=None if cached.created else cached.error,
+                    replicas=list(cached.replicas),
+                    isr=list(cached.isr),
+                    leader_epoch=cached.leader_epoch,
+                    under_replicated=len(cached.isr) < len(cached.replicas),
                 )
             )
-        return TopicInfo(name=name, partitions=parts)
+        return TopicInfo(
+            name=name, partitions=parts, replication_factor=topic.replication_factor,
+            min_insync_replicas=topic.min_insync_replicas, retention_ms=topic.retention.ms,
+            retention_bytes=topic.retention.bytes,
+        )
 
     async def all_topics(self) -> list[TopicInfo]:
         await self.refresh()
@@ -309,125 +389,74 @@ class Metadata:
 
     # --- creation ------------------------------------------------------------------------
 
-    async def create_topic(self, name: str, partitions: int) -> TopicInfo:
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        *,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
+        unclean_leader_election: bool = False,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> TopicInfo:
         if not self.nodes:
             raise InvalidRequestError("no storage nodes are configured")
-        placement = place(name, partitions, list(self.nodes))
+        replication = TopicReplication.choose(
+            replication_factor, min_insync_replicas, unclean_leader_election,
+            default=self.default_replication_factor, nodes=len(self.nodes),
+        )
+        retention = self.default_retention.with_defaults(retention_ms, retention_bytes)
+        placement = place_replicas(name, partitions, list(self.nodes), replication.factor)
+        self._created += 1
         try:
-            await self._db.run(_insert_topic, name, placement, False, self._clock.now_ms())
+            await self._db.run(
+                _insert_topic, name, placement, False, self._clock.now_ms(), replication,
+                retention,
+            )  # fmt: skip
         except IntegrityError:
             raise TopicAlreadyExistsError(f"topic {name!r} exists already") from None
-        for i, node in enumerate(placement):
-            self._leaders[(name, i)] = node
-            self._created[(name, i)] = (False, None)
-        self._topics[name] = partitions
+        for i, replicas in enumerate(placement):
+            self._partitions[(name, i)] = CachedPartition(
+                leader=replicas[0], replicas=replicas, isr=replicas, leader_epoch=0,
+                created=False, error=None,
+            )
+        self._topics[name] = CachedTopic(
+            partitions, replication.factor, replication.min_insync, retention
+        )
         await self.reconcile_once(topic=name)
+        # The background round may have claimed some of them between the insert and the
+        # round above: its answer is this topic's answer too, so wait for it.
+        for key in [(name, i) for i in range(partitions)]:
+            claim = self.reconciler.in_flight.get(key)
+            if claim is not None:
+                await claim.wait()
+        if replication.factor > 1 and self.deliver_states is not None:
+            states, _ = await self._db.run(read_states, name)
+            await self.deliver_states(states)
+        if name not in self._topics:  # a refresh that began before the insert ended since
+            return await self.topic(name)
         return self._topic_info(name)
 
-    async def _create_on_node(self, topic: str, partition: int, node_id: int) -> Attempt:
-        base = self.nodes.get(node_id)
-        if base is None:
-            return Attempt(refusal=f"node {node_id} is not among this coordinator's nodes")
-        try:
-            url = join(base, "internal", "v1", "partitions", topic, partition)
-        except InvalidRequestError as exc:  # no URL can name it: no node will ever hold it
-            return Attempt(refusal=f"{exc.code}: {exc.message}")
-        try:
-            response = await self._client.put(url, headers=internal_headers(self._token))
-        except httpx.HTTPError as exc:
-            return Attempt(away=f"{type(exc).__name__}: {exc}")
-        return judge(response.status_code, response.content)
+    async def alter_retention(
+        self, name: str, retention_ms: int | None, retention_bytes: int | None
+    ) -> TopicInfo:
+        """Change a topic's retention (the fields given). The nodes learn it with the
+        partitions' state in their next heartbeat answer (``topic_config``)."""
+        check_alterable(name, retention_ms, retention_bytes)
+        await self._db.run(alter_retention, name, retention_ms, retention_bytes)
+        return await self.topic(name)
 
-    def _note_node(self, node_id: int, trouble: str | None) -> None:
-        """Log a node going away or coming back once, not at every round."""
-        before = self._node_trouble.get(node_id)
-        if trouble is None:
-            if before is not None:
-                del self._node_trouble[node_id]
-                log.info("node %d takes partition creations again", node_id)
-        elif before is None:
-            self._node_trouble[node_id] = trouble
-            log.warning("node %d cannot create partitions now (%s); trying again later",
-                        node_id, trouble, extra={"node_id": node_id, "reason": trouble})
-
-    async def _one_node(self, node_id: int, rows: list[Placed]) -> list[tuple[Placed, Attempt]]:
-        """Ask one node for its partitions in order; stop at the first sign it is away
-        (the rest wait for a later round), but never at a refusal."""
-        answers: list[tuple[Placed, Attempt]] = []
-        for row in rows:
-            attempt = await self._create_on_node(row.topic, row.partition, node_id)
-            if attempt.away is not None:
-                self._note_node(node_id, attempt.away)
-                break
-            self._note_node(node_id, None)
-            answers.append((row, attempt))
-        return answers
-
-    def _due(self, row: Placed, now: float) -> bool:
-        if row.error is None:
-            return True
-        tried = self._refused_tried.get((row.topic, row.partition))
-        return tried is None or now - tried >= self.refused_retry_s
+    def _creation_state(self, key: PartitionKey, created: bool, error: str | None) -> None:
+        cached = self._partitions.get(key)
+        if cached is not None:
+            self._partitions[key] = CachedPartition(
+                cached.leader, cached.replicas, cached.isr, cached.leader_epoch, created, error
+            )
 
     async def reconcile_once(self, topic: str | None = None) -> int:
-        """Create on their nodes the partitions not yet created there (of ``topic`` only,
-        when given); returns how many are still missing, refused ones left out."""
-        rows = await self._db.run(pending_rows, topic)
-        now = time.monotonic()
-        by_node: dict[int, list[Placed]] = {}
-        # never-refused partitions first: a refused one retried must not delay them
-        for row in sorted(rows, key=lambda r: (r.error is not None, r.topic, r.partition)):
-            key = (row.topic, row.partition)
-            if key not in self._in_flight and self._due(row, now):
-                by_node.setdefault(row.node_id, []).append(row)
-        claimed = {(r.topic, r.partition) for rs in by_node.values() for r in rs}
-        self._in_flight |= claimed
-        try:
-            results = await asyncio.gather(*(self._one_node(n, rs) for n, rs in by_node.items()))
-        finally:
-            self._in_flight -= claimed
-        created: list[PartitionKey] = []
-        refused: dict[PartitionKey, str] = {}
-        for row, attempt in (answer for answers in results for answer in answers):
-            key = (row.topic, row.partition)
-            if attempt.created:
-                created.append(key)
-                self._refused_tried.pop(key, None)
-            elif attempt.refusal is not None:
-                refused[key] = attempt.refusal
-                self._refused_tried[key] = now
-                self._report_refusal(row, attempt.refusal)
-        if created or refused:
-            await self._db.run(record_attempts, created, refused)
-        state = {(r.topic, r.partition): r.error for r in rows}
-        for key in created:
-            self._created[key] = (True, None)
-            del state[key]
-        for key, reason in refused.items():
-            self._created[key] = (False, reason)
-            state[key] = reason
-        if topic is None:
-            self.metrics.partitions_not_created.set(len(state))
-            self.metrics.partitions_refused.set(sum(1 for e in state.values() if e))
-        return sum(1 for error in state.values() if error is None)
-
-    def _report_refusal(self, row: Placed, reason: str) -> None:
-        self.metrics.partition_refusals.labels(node=str(row.node_id)).inc()
-        self.metrics.set_aside.labels(loop="reconciler").inc()
-        log.error(
-            "partition %s/%d was not created on node %d: %s; the other partitions go on, "
-            "this one is tried again in %.0f s",
-            row.topic, row.partition, row.node_id, reason, self.refused_retry_s,
-            extra={"topic": row.topic, "partition": row.partition, "node_id": row.node_id,
-                   "reason": reason},
-        )
+        """One reconciler round (``reconciler.Reconciler.reconcile_once``)."""
+        return await self.reconciler.reconcile_once(topic)
 
     async def run_reconciler(self) -> None:
-        while True:
-            try:
-                if await self.reconcile_once() == 0:
-                    await asyncio.sleep(self._interval_s * 5)
-                    continue
-            except Exception:
-                log.exception("partition reconciliation failed")
-            await asyncio.sleep(self._interval_s)
+        await self.reconciler.run_forever()

@@ -25,7 +25,7 @@ from eos_protocol.states import TransactionState
 WINDOW_S = 10.0
 
 #: Background loops that report entries set aside (the ``loop`` label).
-LOOPS = ("reconciler", "markers", "expiry", "acls", "leases")
+LOOPS = ("reconciler", "markers", "expiry", "acls", "leases", "controller", "hanging")
 
 class CoordinatorMetrics:
     def __init__(self) -> None:
@@ -66,6 +66,11 @@ class CoordinatorMetrics:
             "eos_coordinator_owned_log_partitions",
             "Transaction-log partitions this instance holds the lease of.", registry=r,
         )
+        self.lease_handoffs = Counter(
+            "eos_coordinator_lease_handoffs",
+            "Transaction-log partitions handed over to another instance to even the shares.",
+            registry=r,
+        )
         self.partitions_not_created = Gauge(
             "eos_coordinator_partitions_not_created",
             "Partitions placed but not yet created on their storage node (refused ones "
@@ -93,7 +98,55 @@ class CoordinatorMetrics:
         )
         for loop in LOOPS:
             self.set_aside.labels(loop=loop)
+        self._replication(r)
+        self._hanging(r)
         self._recent: collections.deque[tuple[float, bool]] = collections.deque()
+
+    def _replication(self, r: CollectorRegistry) -> None:
+        """The controller's and AlterPartition's metrics (docs/design.md §7)."""
+        self.leader_elections = Counter(
+            "eos_coordinator_leader_elections",
+            "Partition leaders elected by this instance as controller (kind: clean, or "
+            "unclean from outside the ISR).", ["kind"], registry=r,
+        )
+        for kind in ("clean", "unclean"):
+            self.leader_elections.labels(kind=kind)
+        self.offline_partitions = Gauge(
+            "eos_coordinator_offline_partitions",
+            "Partitions without a live leader, as of the controller's last round (0 on an "
+            "instance that is not the controller).", registry=r,
+        )
+        self.under_replicated_partitions = Gauge(
+            "eos_coordinator_under_replicated_partitions",
+            "Partitions with fewer in-sync replicas than replicas, as of the controller's "
+            "last round.", registry=r,
+        )
+        self.isr_shrinks = Counter(
+            "eos_coordinator_isr_shrinks",
+            "ISR changes that removed replicas (dead nodes, or a leader's AlterPartition).",
+            registry=r,
+        )
+        self.isr_expands = Counter(
+            "eos_coordinator_isr_expands",
+            "ISR changes that added replicas (a leader's AlterPartition).", registry=r,
+        )
+
+    def _hanging(self, r: CollectorRegistry) -> None:
+        """The hanging-transaction detector's (coordinator_service/hanging/)."""
+        self.hanging_transactions = Gauge(
+            "eos_hanging_transactions",
+            "Transactions open on a partition that the coordinators cannot end (unknown "
+            "producer, not ongoing at the coordinator, partition not added, or older than "
+            "the maximum timeout), as of the last pass (0 on an instance that is not the "
+            "controller).", registry=r,
+        )
+        self.hanging_resolved = Counter(
+            "eos_hanging_transactions_resolved",
+            "Hanging transactions resolved by the detector or an operator (action: abort, "
+            "commit, resume_markers, coordinator_abort).", ["action"], registry=r,
+        )
+        for action in ("abort", "commit", "resume_markers", "coordinator_abort"):
+            self.hanging_resolved.labels(action=action)
 
     def transition(self, _old: TransactionState | None, new: TransactionState) -> None:
         self.transitions.labels(to=new.value).inc()

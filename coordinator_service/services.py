@@ -8,14 +8,17 @@ import httpx
 
 from coordinator_service.acls import AclRules
 from coordinator_service.clock import Clock
+from coordinator_service.controller import Controller
 from coordinator_service.db.engine import Database
 from coordinator_service.expiry import ExpiryScanner
+from coordinator_service.hanging.detector import HangingDetector
 from coordinator_service.instances import InstanceRegistry
 from coordinator_service.leases import LeaseManager
 from coordinator_service.markers import MarkerChannel
 from coordinator_service.metadata import Metadata
 from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.producer_ids import ProducerIdManager
+from coordinator_service.replication import Replication
 from coordinator_service.settings import CoordinatorSettings
 from coordinator_service.transactions.batcher import WriteBatcher
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
@@ -43,3 +46,6 @@ class Services:
     access: AccessControl
     acl_rules: AclRules
     instances: InstanceRegistry
+    controller: Controller
+    replication: Replication
+    hanging: HangingDetector

@@ -58,6 +58,16 @@ class CoordinatorSettings(SecuritySettings):
         default_factory=lambda: uuid.uuid4().hex,
         description="Unique name of this instance (default: a random one at each start).",
     )
+    instances: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description=(
+            "Coordinator processes to run from this command, on consecutive ports from "
+            "--port, sharing the PostgreSQL database and the transaction-log partitions "
+            "(one per core uses the whole host)."
+        ),
+    )
     txn_log_partitions: int = Field(
         default=50,
         ge=1,
@@ -114,16 +124,84 @@ class CoordinatorSettings(SecuritySettings):
         ge=10,
         description="How often partitions not yet created on their node are tried again.",
     )
+    default_replication_factor: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="Replicas of each partition of a topic created without "
+        "replication_factor (and of __consumer_offsets at a cluster's first start, as many "
+        "as there are nodes at most).",
+    )
+    default_retention_ms: int = Field(
+        default=604_800_000,
+        ge=-1,
+        description="How long records of a topic created without retention_ms are kept "
+        "(-1: for ever; Kafka's log.retention.ms, 7 days).",
+    )
+    default_retention_bytes: int = Field(
+        default=-1,
+        ge=-1,
+        description="Largest partition of a topic created without retention_bytes before "
+        "its oldest segments are deleted (-1: no limit).",
+    )
+    node_session_timeout_ms: int = Field(
+        default=2_000,
+        ge=100,
+        description="A storage node whose last heartbeat is older than this is dead: the "
+        "controller takes it out of every ISR and elects new leaders where it led.",
+    )
+    controller_interval_ms: int = Field(
+        default=200,
+        ge=10,
+        description="How often the controller looks for dead nodes (and the controller "
+        "lease is looked at).",
+    )
+    leader_rebalance_interval_ms: int = Field(
+        default=30_000,
+        ge=0,
+        description="How often leadership moves back to each partition's preferred "
+        "replica when it is alive and in sync (Kafka's auto leader rebalance; 0: never).",
+    )
+    metadata_refresh_ms: int = Field(
+        default=1_000,
+        ge=10,
+        description="How often partition leaders are read again from the database (markers "
+        "follow leader changes through them).",
+    )
     db_pool_size: int = Field(
         default=16, ge=1, description="Database connections (and threads that use them)."
     )
     migrate_on_start: bool = Field(default=True, description="Run alembic upgrade on start.")
+    database_wait_ms: int = Field(
+        default=120_000,
+        ge=0,
+        description="How long to wait at start for the database to accept connections.",
+    )
     super_users: str = Field(
         default="",
         description="Principals allowed everything without ACLs: User:admin,User:ops.",
     )
     acl_refresh_ms: int = Field(
         default=5_000, ge=100, description="How often the ACLs are read again."
+    )
+    hanging_scan_interval_ms: int = Field(
+        default=30_000,
+        ge=10,
+        description="How often the storage nodes' open transactions are compared with the "
+        "coordinators' state (hanging-transaction detector, KIP-664).",
+    )
+    hanging_margin_ms: int = Field(
+        default=60_000,
+        ge=0,
+        description="A transaction open on a partition for longer than the maximum "
+        "transaction timeout plus this margin is hanging, even if the coordinator knows it.",
+    )
+    abort_hanging_after_ms: int | None = Field(
+        default=None,
+        ge=0,
+        description="Resolve hanging transactions open for longer than this automatically "
+        "(abort marker with a bumped epoch; the COMMIT marker again for committed data). "
+        "Unset: only report them.",
     )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
     log_format: Literal["json", "text"] = Field(

@@ -41,6 +41,8 @@ def up(
             database_url=database_url,
             log_level=log_level,
             auth=auth,
+            # Kafka's production advice (three copies), as far as there are nodes
+            default_replication_factor=min(3, nodes),
         )
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)

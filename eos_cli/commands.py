@@ -33,6 +33,17 @@ Bootstrap = Annotated[
     ),
 ]
 DEFAULT_BOOTSTRAP = "http://127.0.0.1:8080"
+RetentionMsOption = Annotated[
+    int | None,
+    typer.Option("--retention-ms", min=-1,
+                 help="How long records are kept, -1 for ever (default: the coordinator's)."),
+]  # fmt: skip
+RetentionBytesOption = Annotated[
+    int | None,
+    typer.Option("--retention-bytes", min=-1,
+                 help="Largest size of each partition, -1 without limit (default: the "
+                 "coordinator's)."),
+]  # fmt: skip
 
 
 def reports_errors(fn: Callable[P, T]) -> Callable[P, T]:
@@ -53,7 +64,7 @@ def reports_errors(fn: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
-topics = typer.Typer(help="Create, list and describe topics.", no_args_is_help=True)
+topics = typer.Typer(help="Create, alter, list and describe topics.", no_args_is_help=True)
 transactions = typer.Typer(help="List, describe and abort transactions.", no_args_is_help=True)
 producers = typer.Typer(help="Producers with state on a partition.", no_args_is_help=True)
 
@@ -63,13 +74,67 @@ producers = typer.Typer(help="Producers with state on a partition.", no_args_is_
 def topics_create(
     name: str,
     partitions: Annotated[int, typer.Option("--partitions", "-p", min=1)] = 1,
+    replication_factor: Annotated[
+        int | None,
+        typer.Option(
+            "--replication-factor", "-r", min=1,
+            help="Copies of each partition on distinct nodes (default: the coordinator's).",
+        ),
+    ] = None,
+    min_insync_replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--min-insync-replicas", min=1,
+            help="In-sync replicas an acks=all produce needs (default: min(2, RF)).",
+        ),
+    ] = None,
+    unclean_leader_election: Annotated[
+        bool,
+        typer.Option(
+            "--unclean-leader-election",
+            help="Let a replica outside the ISR lead when no in-sync one is alive.",
+        ),
+    ] = False,
+    retention_ms: RetentionMsOption = None,
+    retention_bytes: RetentionBytesOption = None,
     exist_ok: Annotated[bool, typer.Option("--exist-ok")] = False,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Create a topic; its partitions are placed round-robin on the storage nodes."""
     with AdminClient(bootstrap) as admin:
-        info = admin.create_topic(name, partitions=partitions, exist_ok=exist_ok)
-    out.print(f"created {info.name} with {len(info.partitions)} partitions")
+        info = admin.create_topic(
+            name, partitions=partitions, replication_factor=replication_factor,
+            min_insync_replicas=min_insync_replicas,
+            unclean_leader_election=unclean_leader_election, retention_ms=retention_ms,
+            retention_bytes=retention_bytes, exist_ok=exist_ok,
+        )
+    out.print(
+        f"created {info.name} with {len(info.partitions)} partitions, replication factor "
+        f"{info.replication_factor}, min.insync.replicas {info.min_insync_replicas}, "
+        f"{_retention(info.retention_ms, info.retention_bytes)}"
+    )
+
+
+@topics.command("alter")
+@reports_errors
+def topics_alter(
+    name: str,
+    retention_ms: RetentionMsOption = None,
+    retention_bytes: RetentionBytesOption = None,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Change a topic's retention; what is not given is kept."""
+    if retention_ms is None and retention_bytes is None:
+        raise ValueError("nothing to change: give --retention-ms or --retention-bytes")
+    with AdminClient(bootstrap) as admin:
+        info = admin.alter_topic(name, retention_ms=retention_ms, retention_bytes=retention_bytes)
+    out.print(f"altered {info.name}: {_retention(info.retention_ms, info.retention_bytes)}")
+
+
+def _retention(ms: int, size: int) -> str:
+    kept = "for ever" if ms < 0 else f"{ms} ms"
+    limit = "no size limit" if size < 0 else f"at most {size} bytes per partition"
+    return f"records kept {kept}, {limit}"
 
 
 @topics.command("list")
@@ -87,18 +152,37 @@ def topics_list(bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
 @topics.command("describe")
 @reports_errors
 def topics_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
-    """Partitions of a topic: leader, log start, high watermark, last stable offset."""
+    """Partitions of a topic: leader, replicas, ISR, leader epoch, log start, high
+    watermark, last stable offset; under-replicated partitions are marked."""
     with AdminClient(bootstrap) as admin:
         info = admin.describe_topic(name)
-        table = Table("partition", "leader", "log start", "high watermark", "last stable")
+        table = Table(
+            "partition", "leader", "replicas", "isr", "leader epoch", "log start",
+            "high watermark", "last stable",
+            title=f"{info.name}: replication factor {info.replication_factor}, "
+            f"min.insync.replicas {info.min_insync_replicas}, "
+            f"{_retention(info.retention_ms, info.retention_bytes)}",
+        )
         for p in info.partitions:
-            offsets = admin.list_offsets((name, p.partition))
+            if p.leader.node_id < 0:
+                leader, offsets = "none alive", None
+            else:
+                leader = f"{p.leader.node_id} {p.leader.url}"
+                offsets = admin.list_offsets((name, p.partition))
+            isr = ",".join(map(str, p.isr))
             table.add_row(
                 str(p.partition),
-                f"{p.leader.node_id} {p.leader.url}",
-                str(offsets.log_start_offset),
-                str(offsets.high_watermark),
-                str(offsets.last_stable_offset),
+                leader,
+                ",".join(map(str, p.replicas)),
+                f"{isr} (under-replicated)" if p.under_replicated else isr,
+                str(p.leader_epoch),
+                *(
+                    ("-", "-", "-") if offsets is None else (
+                        str(offsets.log_start_offset),
+                        str(offsets.high_watermark),
+                        str(offsets.last_stable_offset),
+                    )
+                ),
             )
     out.print(table)
 
@@ -241,15 +325,22 @@ def producers_describe(
     """Producers with state on one partition (DescribeProducers)."""
     with AdminClient(bootstrap) as admin:
         found = admin.describe_producers((topic, partition))
-    table = Table("producer id", "epoch", "last sequence", "coordinator epoch", "open txn from")
+    table = Table(
+        "producer id", "epoch", "last sequence", "coordinator epoch", "open txn from",
+        "open txn age ms",
+    )  # fmt: skip
+    now = int(time.time() * 1000)
     for p in found:
         start = "" if p.current_txn_start_offset is None else str(p.current_txn_start_offset)
+        since = p.current_txn_start_ms
+        age = "" if since is None else str(max(0, now - since))
         table.add_row(
             str(p.producer_id),
             str(p.producer_epoch),
             str(p.last_sequence),
             str(p.coordinator_epoch),
             start,
+            age,
         )
     out.print(table)
 

@@ -27,3 +27,7 @@ _SERVER_ONLY = frozenset(
     {"typer", "rich", "click", "fastapi", "starlette", "uvicorn", "sqlalchemy", "alembic",
      "psycopg", "pydantic_settings", "prometheus_client"}
 )
+
+
+if __name__ == "__main__":
+    main()

@@ -310,6 +310,8 @@ class ClusterPlan:
     token: str | None = None  # the internal token; None: made once, kept in the data dir
     fsync: bool = True
     group_offset_partitions: int | None = None
+    # The coordinators' --default-replication-factor (None: theirs, 1)
+    default_replication_factor: int | None = None
     node_flags: Sequence[str] = ()
     coordinator_flags: Sequence[str] = ()
     # The URL the coordinators (hence the clients) are given for node N when it is not the
@@ -441,6 +443,8 @@ class ClusterPlan:
             database_url=self.database_url,
         )  # fmt: skip
         args += self._common_flags()
+        if self.default_replication_factor is not None:
+            args += ["--default-replication-factor", str(self.default_replication_factor)]
         return self._service(
             f"coordinator {index + 1}", "coordinator_service", port,
             self.data_dir / "coordinator", [*args, *self.coordinator_flags],

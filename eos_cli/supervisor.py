@@ -20,15 +20,31 @@ and tests can find (and kill) one particular service. The services themselves ar
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import FrameType
 
 from eos_cli.launcher import ServiceProcess, describe_exit
 
 Clock = Callable[[], float]
 Report = Callable[[str], None]
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT (Ctrl-C): a foreground supervisor runs until it
+    is set, then stops its children cleanly."""
+    stopping = threading.Event()
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return stopping
 
 
 def report_to_stderr(line: str) -> None:

@@ -18,16 +18,13 @@ benchmarks start their clusters with too.
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable
-from types import FrameType
 
 from rich.console import Console
 from rich.markup import escape
 
 from eos_cli.launcher import ADMIN, ClusterPlan
-from eos_cli.supervisor import Supervisor
+from eos_cli.supervisor import Supervisor, stop_on_signals
 
 __all__ = ["Cluster", "ClusterPlan", "run_up"]
 
@@ -61,13 +58,7 @@ class Cluster:
 def run_up(plan: ClusterPlan) -> int:
     """Run the cluster until Ctrl-C / SIGTERM; returns the exit code (1 if the first start
     failed; deaths after that are restarted, not fatal)."""
-    stopping = threading.Event()
-
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopping = stop_on_signals()
     cluster = Cluster(plan)
     try:
         cluster.start(stopping=stopping.is_set)

@@ -65,7 +65,14 @@ class Permission(StrEnum):
 #: The operations that mean something on each resource type (``all`` is valid on each).
 OPERATIONS: dict[ResourceType, frozenset[Operation]] = {
     ResourceType.TOPIC: frozenset(
-        {Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DESCRIBE, Operation.ALL}
+        {
+            Operation.READ,
+            Operation.WRITE,
+            Operation.CREATE,
+            Operation.DESCRIBE,
+            Operation.ALTER,
+            Operation.ALL,
+        }
     ),
     ResourceType.GROUP: frozenset({Operation.READ, Operation.DESCRIBE, Operation.ALL}),
     ResourceType.TRANSACTIONAL_ID: frozenset(

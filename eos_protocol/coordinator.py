@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import ConfigDict, Field
 
@@ -20,7 +21,39 @@ from eos_protocol.common import (
 from eos_protocol.states import TransactionState
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
+MAX_REPLICATION_FACTOR = 100
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+
+#: KIP-890 part 1: the client adds every partition itself (add-partitions) before its
+#: first batch there, and the storage node only verifies it.
+TRANSACTION_VERSION_1 = 1
+#: KIP-890 part 2: the storage node adds the partition on the first batch, and every
+#: commit or abort bumps the producer epoch.
+TRANSACTION_VERSION_2 = 2
+TransactionVersion = Annotated[
+    int,
+    Field(
+        ge=TRANSACTION_VERSION_1,
+        le=TRANSACTION_VERSION_2,
+        description="The transaction protocol the client speaks: 1 (the default, the "
+        "client calls add-partitions) or 2 (the storage node adds each partition on the "
+        "first batch; every commit or abort bumps the producer epoch).",
+        examples=[2],
+    ),
+]
+
+
+#: retention_ms / retention_bytes of a topic that keeps everything (as in Kafka).
+UNLIMITED_RETENTION = -1
+RetentionMs = Annotated[
+    int,
+    Field(ge=-1, le=2**62, description="Milliseconds, or -1 for ever.", examples=[86_400_000]),
+]
+RetentionBytes = Annotated[
+    int,
+    Field(ge=-1, le=2**62, description="Bytes per partition, or -1 without limit.",
+          examples=[1_073_741_824]),
+]  # fmt: skip
 
 
 class KeyType(StrEnum):
@@ -43,7 +76,19 @@ class PartitionInfo(AnswerModel):
     )
     creation_error: str | None = Field(
         default=None,
-        description="Why the leader refused to create the partition, when it did.",
+        description="Why a replica refused to create the partition, when one did.",
+    )
+    replicas: list[int] = Field(
+        default_factory=list,
+        description="The nodes holding a copy, in placement order (the first is the "
+        "preferred leader). Empty from a coordinator before replication.",
+    )
+    isr: list[int] = Field(
+        default_factory=list, description="The in-sync replicas; the leader is among them."
+    )
+    leader_epoch: int = Field(default=0, description="Bumped at every change of leader.")
+    under_replicated: bool = Field(
+        default=False, description="Fewer in-sync replicas than replicas."
     )
 
 
@@ -61,6 +106,21 @@ class TopicInfo(AnswerModel):
 
     name: str
     partitions: list[PartitionInfo]
+    replication_factor: int = Field(default=1, description="Copies of each partition.")
+    min_insync_replicas: int = Field(
+        default=1,
+        description="In-sync replicas an acks=all produce needs (NOT_ENOUGH_REPLICAS below).",
+    )
+    retention_ms: int = Field(
+        default=UNLIMITED_RETENTION,
+        description="How long records are kept (-1: for ever). Whole closed segments "
+        "whose newest record is older are deleted.",
+    )
+    retention_bytes: int = Field(
+        default=UNLIMITED_RETENTION,
+        description="Largest size of each partition's log (-1: no limit); the oldest "
+        "closed segments are deleted while it is exceeded.",
+    )
 
 
 class MetadataResponse(AnswerModel):
@@ -108,14 +168,62 @@ class LiveCoordinators(AnswerModel):
 
 
 class CreateTopicRequest(WireModel):
-    """A new topic and its partition count."""
+    """A new topic, its partition count and how it is replicated."""
 
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"name": "orders", "partitions": 3}]}
+        json_schema_extra={
+            "examples": [
+                {"name": "orders", "partitions": 3},
+                {"name": "payments", "partitions": 6, "replication_factor": 3,
+                 "min_insync_replicas": 2},
+                {"name": "clicks", "partitions": 3, "retention_ms": 86_400_000,
+                 "retention_bytes": -1},
+            ]
+        }
     )
 
     name: TopicName
     partitions: int = Field(ge=1, le=1000, examples=[3])
+    replication_factor: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REPLICATION_FACTOR,
+        description="Copies of each partition, on distinct nodes (default: the "
+        "coordinator's default_replication_factor). More than there are storage nodes is "
+        "INVALID_REQUEST.",
+    )
+    min_insync_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REPLICATION_FACTOR,
+        description="In-sync replicas an acks=all produce needs, 1 to replication_factor "
+        "(default: min(2, replication_factor)).",
+    )
+    unclean_leader_election: bool = Field(
+        default=False,
+        description="Whether a replica outside the ISR may become leader when no in-sync "
+        "replica is alive (losing what it lacks).",
+    )
+    retention_ms: RetentionMs | None = Field(
+        default=None,
+        description="How long records are kept, -1 for ever (default: the coordinator's "
+        "default_retention_ms).",
+    )
+    retention_bytes: RetentionBytes | None = Field(
+        default=None,
+        description="How large each partition may grow before its oldest segments go, -1 "
+        "without limit (default: the coordinator's default_retention_bytes).",
+    )
+
+
+class AlterTopicConfigRequest(WireModel):
+    """``PATCH /v1/topics/{topic}``: change a topic's retention. A field left out keeps
+    its value; -1 makes it unlimited."""
+
+    model_config = examples({"retention_ms": 3_600_000})
+
+    retention_ms: RetentionMs | None = None
+    retention_bytes: RetentionBytes | None = None
 
 
 class FindCoordinatorResponse(AnswerModel):
@@ -145,6 +253,12 @@ class ProducerIdResponse(AnswerModel):
 
     producer_id: int
     producer_epoch: int
+    transaction_version: int | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="The transaction protocol the coordinator uses with this producer: "
+        "2 in the answer to an init that asked for it; absent otherwise (version 1).",
+    )
 
 
 class InitTransactionsRequest(WireModel):
@@ -157,6 +271,7 @@ class InitTransactionsRequest(WireModel):
     transaction_timeout_ms: int = Field(default=DEFAULT_TRANSACTION_TIMEOUT_MS, examples=[60000])
     producer_id: ProducerId | None = None
     producer_epoch: ProducerEpoch | None = None
+    transaction_version: TransactionVersion = TRANSACTION_VERSION_1
 
 
 class AddPartitionsRequest(WireModel):
@@ -226,16 +341,37 @@ class EndTransactionRequest(WireModel):
 
 
 class EndTransactionResponse(AnswerModel):
-    """The transaction's state once the decision is durable."""
+    """The transaction's state once the decision is durable, and the producer id and
+    epoch the producer continues with (transaction version 2 bumps the epoch)."""
 
     model_config = ConfigDict(
         json_schema_extra={
-            "examples": [{"transactional_id": "orders-app-1", "state": "PrepareCommit"}]
+            "examples": [
+                {
+                    "transactional_id": "orders-app-1",
+                    "state": "PrepareCommit",
+                    "producer_id": 1000,
+                    "producer_epoch": 1,
+                }
+            ]
         },
     )
 
     transactional_id: str
     state: TransactionState
+    producer_id: int | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Transaction version 2 only: the producer id for the next "
+        "transaction, the same one or, when the bump exhausted the epoch, a new one at "
+        "epoch 0.",
+    )
+    producer_epoch: int | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="Transaction version 2 only: the epoch for the next transaction, one "
+        "more than the request's (0 with a new producer id).",
+    )
 
 
 class TransactionDescription(AnswerModel):
@@ -303,14 +439,39 @@ class ProducerTransactionView(AnswerModel):
     transactional_id: str
     state: TransactionState
     partitions: list[TopicPartition]
+    transaction_version: int = Field(
+        default=TRANSACTION_VERSION_1,
+        description="2: the node adds partitions itself (addProducerPartition).",
+    )
+
+
+class AddProducerPartitionRequest(WireModel):
+    """Internal: a storage node adds the partition a transactional batch is about to
+    open a transaction on (transaction version 2, KIP-890 part 2)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"producer_epoch": 3, "topic": "orders", "partition": 0}]
+        },
+    )
+
+    producer_epoch: ProducerEpoch
+    topic: TopicName
+    partition: PartitionIndex
 
 
 __all__ = [
     "DEFAULT_TRANSACTION_TIMEOUT_MS",
+    "MAX_REPLICATION_FACTOR",
     "MAX_TRANSACTION_TIMEOUT_MS",
+    "TRANSACTION_VERSION_1",
+    "TRANSACTION_VERSION_2",
+    "UNLIMITED_RETENTION",
     "AddOffsetsRequest",
     "AddPartitionsRequest",
     "AddPartitionsResponse",
+    "AddProducerPartitionRequest",
+    "AlterTopicConfigRequest",
     "CreateTopicRequest",
     "EndTransactionRequest",
     "EndTransactionResponse",
@@ -325,7 +486,10 @@ __all__ = [
     "PartitionResult",
     "ProducerIdResponse",
     "ProducerTransactionView",
+    "RetentionBytes",
+    "RetentionMs",
     "TopicInfo",
     "TransactionDescription",
     "TransactionListing",
+    "TransactionVersion",
 ]

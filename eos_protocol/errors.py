@@ -11,7 +11,9 @@ The exception tree::
     ├── RetriableError                 try again: the same request may succeed later
     │   ├── NotCoordinatorError, CoordinatorNotAvailableError, CoordinatorLoadInProgressError
     │   ├── ConcurrentTransactionsError, NotLeaderOrFollowerError
-    │   └── UnstableOffsetCommitError, KafkaStorageError
+    │   ├── UnstableOffsetCommitError, KafkaStorageError, LeaderNotAvailableError
+    │   ├── NotEnoughReplicasError, NotEnoughReplicasAfterAppendError
+    │   └── FencedLeaderEpochError, UnknownLeaderEpochError
     ├── AbortableError                 the transaction must be aborted, the producer lives on
     │   ├── OutOfOrderSequenceNumberError, UnknownProducerIdError, TransactionAbortableError
     │   ├── TopicAuthorizationFailedError, GroupAuthorizationFailedError
@@ -331,6 +333,44 @@ _ROWS: list[tuple[str, str, int, type[EosError], str]] = [
         RetriableError,
         "The node could not read or write its storage.",
     ),
+    (
+        "LeaderNotAvailableError",
+        "LEADER_NOT_AVAILABLE",
+        503,
+        RetriableError,
+        "The partition has no live leader now (an election is under way or no in-sync "
+        "replica is alive).",
+    ),
+    (
+        "NotEnoughReplicasError",
+        "NOT_ENOUGH_REPLICAS",
+        503,
+        RetriableError,
+        "Fewer in-sync replicas than min_insync_replicas: nothing was written.",
+    ),
+    (
+        "NotEnoughReplicasAfterAppendError",
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        503,
+        RetriableError,
+        "The batch was written, but the in-sync replicas fell below min_insync_replicas "
+        "before it was replicated; a retry is recognised as a duplicate.",
+    ),
+    (
+        "FencedLeaderEpochError",
+        "FENCED_LEADER_EPOCH",
+        409,
+        RetriableError,
+        "The request carries an older leader epoch than the partition's: refresh the "
+        "metadata and go to the current leader.",
+    ),
+    (
+        "UnknownLeaderEpochError",
+        "UNKNOWN_LEADER_EPOCH",
+        409,
+        RetriableError,
+        "The request carries a newer leader epoch than this replica knows yet.",
+    ),
 ]
 
 _CLASS_OF_BASE = {
@@ -392,3 +432,8 @@ ConcurrentTransactionsError = ERROR_CLASSES["CONCURRENT_TRANSACTIONS"]
 NotLeaderOrFollowerError = ERROR_CLASSES["NOT_LEADER_OR_FOLLOWER"]
 UnstableOffsetCommitError = ERROR_CLASSES["UNSTABLE_OFFSET_COMMIT"]
 KafkaStorageError = ERROR_CLASSES["KAFKA_STORAGE_ERROR"]
+LeaderNotAvailableError = ERROR_CLASSES["LEADER_NOT_AVAILABLE"]
+NotEnoughReplicasError = ERROR_CLASSES["NOT_ENOUGH_REPLICAS"]
+NotEnoughReplicasAfterAppendError = ERROR_CLASSES["NOT_ENOUGH_REPLICAS_AFTER_APPEND"]
+FencedLeaderEpochError = ERROR_CLASSES["FENCED_LEADER_EPOCH"]
+UnknownLeaderEpochError = ERROR_CLASSES["UNKNOWN_LEADER_EPOCH"]

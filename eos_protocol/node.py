@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import ConfigDict, Field
 
@@ -65,6 +66,11 @@ class ProduceRequest(WireModel):
     base_sequence: int | None = Field(default=None, ge=0, le=2**31 - 1)
     transactional: bool = False
     encoding: Encoding = Encoding.UTF8
+    acks: Literal[-1, 1] = Field(
+        default=-1,
+        description="-1 (all): answer once every in-sync replica has the batch; 1: once "
+        "the leader has it. Idempotent and transactional batches need -1.",
+    )
     records: list[RecordIn]
 
 
@@ -149,6 +155,11 @@ class ProducerDescription(AnswerModel):
     coordinator_epoch: int
     current_txn_start_offset: int | None
     last_timestamp_ms: int
+    current_txn_start_ms: int | None = Field(
+        default=None,
+        description="When the open transaction's first batch here was appended, by the "
+        "node's clock like last_timestamp_ms (null: none open).",
+    )
 
 
 class DescribeProducersResponse(AnswerModel):
@@ -164,6 +175,7 @@ class DescribeProducersResponse(AnswerModel):
                     "coordinator_epoch": 1,
                     "current_txn_start_offset": None,
                     "last_timestamp_ms": 1795322141308,
+                    "current_txn_start_ms": None,
                 }
             ]
         }
@@ -267,6 +279,20 @@ class WriteMarkersResponse(AnswerModel):
     results: list[MarkerPartitionResult]
 
 
+class CreatePartitionRequest(WireModel):
+    """What the coordinator knows of a partition it asks a node to create. A partition
+    with several replicas is led by whoever the controller names: until its assignment
+    reaches the node, the node leads it neither alone nor at once (a write acknowledged
+    by one replica before the others follow it could be lost to an election)."""
+
+    replicas: list[int] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="The partition's replicas (node ids); empty or one: led here alone "
+        "until a controller says otherwise.",
+    )
+
+
 class CreatePartitionResponse(AnswerModel):
     topic: str
     partition: int
@@ -288,6 +314,7 @@ class ListPartitionsResponse(AnswerModel):
 
 __all__ = [
     "CommittedOffset",
+    "CreatePartitionRequest",
     "CreatePartitionResponse",
     "DescribeProducersResponse",
     "Encoding",

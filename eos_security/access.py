@@ -11,6 +11,11 @@ routes' own check, and a client token is refused with 403 here, whatever its rig
 not even a super user can write a marker. ``/healthz`` and ``/readyz`` (probes that say
 nothing about the data) and the OpenAPI document stay open.
 
+The coordinator's web console (``coordinator_service/console``) is reached by browsers,
+which cannot add a header to a link: under ``/console`` the token may come instead from the
+``CONSOLE_COOKIE`` its login form sets (HttpOnly, SameSite=Strict), and a page asked for
+without one is redirected to that form. The form and the console's static files are open.
+
 With no tokens file the services run open, as before: the principal is None and every
 ``require`` passes.
 """
@@ -25,7 +30,8 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, cookie_parser
+from starlette.responses import RedirectResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from eos_protocol.acl import CLUSTER_RESOURCE, Operation, ResourceType
@@ -48,6 +54,11 @@ PRINCIPAL_KEY = "eos.principal"
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/redoc",
                         "/docs/oauth2-redirect"})
 INTERNAL_PREFIX = "/internal/"
+CONSOLE_PREFIX = "/console"
+CONSOLE_COOKIE = "eos_console_token"
+CONSOLE_LOGIN = "/console/login"
+#: The console's style sheet and script, fetched by the login form before any token.
+CONSOLE_STATIC = "/console/static/"
 #: After a failed read of the rules (their source is down), requests that would need
 #: another read wait this long before one is tried again instead of hammering it.
 RETRY_AFTER_FAILED_READ_S = 0.5
@@ -228,6 +239,20 @@ def bearer_token(scope: Scope) -> str | None:
     return None
 
 
+def is_console_path(path: str) -> bool:
+    return path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")
+
+
+def console_cookie_token(scope: Scope) -> str | None:
+    """The token a logged-in browser presents to the console (None when it has none)."""
+    for name, value in scope["headers"]:
+        if name == b"cookie":
+            token = cookie_parser(value.decode("latin-1")).get(CONSOLE_COOKIE, "").strip()
+            if token:
+                return token
+    return None
+
+
 class Authentication:
     """ASGI middleware: every request but the open paths must carry a known token."""
 
@@ -239,11 +264,17 @@ class Authentication:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         tokens = self.access.tokens
-        if scope["type"] != "http" or tokens is None or scope["path"] in OPEN_PATHS:
+        if (
+            scope["type"] != "http" or tokens is None or scope["path"] in OPEN_PATHS
+            or scope["path"] == CONSOLE_LOGIN or scope["path"].startswith(CONSOLE_STATIC)
+        ):
             await self.app(scope, receive, send)
             return
         token = bearer_token(scope)
         path: str = scope["path"]
+        console = is_console_path(path)
+        if token is None and console:
+            token = console_cookie_token(scope)
         try:
             if path.startswith(INTERNAL_PREFIX):
                 if token is not None and not self._is_internal(token) and tokens.principal(token):
@@ -253,6 +284,11 @@ class Authentication:
             else:
                 principal = tokens.principal(token) if token is not None else None
                 if principal is None:
+                    if console and scope["method"] in ("GET", "HEAD"):
+                        await RedirectResponse(CONSOLE_LOGIN, status_code=303)(
+                            scope, receive, send
+                        )
+                        return
                     reason = "a bearer token is required" if token is None else "unknown token"
                     raise UnauthenticatedError(reason)
                 scope[PRINCIPAL_KEY] = principal

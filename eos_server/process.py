@@ -72,6 +72,10 @@ def serve(
         log_level=log_level.lower(),
         log_config=UVICORN_LOG_CONFIG,
         access_log=False,
+        # No X-Forwarded-* rewriting: nothing reads the client's address, and the layer
+        # parses headers on every request of the hot paths.
+        proxy_headers=False,
+        server_header=False,
         timeout_graceful_shutdown=graceful_shutdown_s,
         ssl_certfile=tls_cert,
         ssl_keyfile=tls_key,

@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 from fastapi import FastAPI
 
 from eos_security import access as access_control
@@ -23,13 +24,15 @@ from eos_server.envelope import install_error_handlers
 from eos_server.internal import internal_token_checker
 from eos_server.middleware import BodyLimit, RequestShape
 from partition_service.acls import AclFetcher
-from partition_service.api import groups, health, internal, records
+from partition_service.api import groups, health, internal, records, replicas
 from partition_service.context import NodeContext
 from partition_service.coordinators import CoordinatorPool
 from partition_service.log.log import LogConfig
 from partition_service.metrics import NodeMetrics
 from partition_service.partition import Limits
 from partition_service.registry import PartitionRegistry
+from partition_service.replication.manager import ReplicaManager
+from partition_service.retention import RetentionLoop
 from partition_service.settings import NodeSettings
 from partition_service.verification import (
     CoordinatorVerifier,
@@ -66,32 +69,51 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
         checkpoint_interval_ms=settings.checkpoint_interval_ms,
         limits=Limits(max_record_bytes=settings.max_record_bytes),
         group_offset_partitions=settings.group_offset_partitions,
+        node_id=settings.node_id,
     )
     authorizer = Authorizer()
     pool = build_pool(settings)
     fetcher = AclFetcher(authorizer, pool, refresh_interval_ms=settings.acl_refresh_ms)
     access = AccessControl(settings.token_registry(), authorizer, refresh=fetcher.refresh)
     access_control.ensure_internal_token_distinct(access.tokens, settings.internal_token)
+    # Follower fetches are long polls: their own client, not the coordinators' pool.
+    replica_client = httpx.AsyncClient(timeout=15.0, verify=settings.client_verify())
+    replica_manager = ReplicaManager(
+        registry, node_id=settings.node_id, pool=pool, client=replica_client,
+        internal_token=settings.internal_token,
+        replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        controller_session_timeout_ms=settings.controller_session_timeout_ms,
+    )  # fmt: skip
     metrics = NodeMetrics(registry)
     metrics.known_coordinators.set_function(lambda: len(pool.known))
+    retention = RetentionLoop(
+        registry, metrics, interval_ms=settings.retention_check_interval_ms
+    )
     context = NodeContext(
         settings=settings,
         registry=registry,
         verifier=build_verifier(settings, pool),
         metrics=metrics,
         access=access,
+        replicas=replica_manager,
     )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         count = registry.load_all()
         registry.start()
-        loops: list[asyncio.Task[None]] = []
+        loops: list[asyncio.Task[None]] = [
+            asyncio.create_task(retention.run_forever(), name="retention")
+        ]
         if access.enabled:
             loops.append(asyncio.create_task(fetcher.run_forever(), name="acls"))
         if pool.configured and settings.learn_coordinators:
             interval_s = settings.acl_refresh_ms / 1000
             loops.append(asyncio.create_task(pool.run_forever(interval_s), name="members"))
+        if pool.configured and settings.heartbeat_interval_ms > 0:
+            loops.append(asyncio.create_task(replica_manager.run_heartbeats(), name="beats"))
+            loops.append(asyncio.create_task(replica_manager.run_isr_checks(), name="isr"))
         context.ready = True
         log.info("node %d ready with %d partitions", settings.node_id, count)
         try:
@@ -103,7 +125,9 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
             for task in loops:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await replica_manager.stop()
             await registry.stop()
+            await replica_client.aclose()
             await context.verifier.close()
             await fetcher.close()
             await pool.close()
@@ -117,9 +141,12 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
     app.state.node = context
     app.state.internal_check = internal_token_checker(settings.internal_token)
     install_error_handlers(app, lambda code: context.metrics.errors.labels(code).inc())
-    for router in (records.router, groups.router, internal.router, health.router):
+    for router in (
+        records.router, groups.router, internal.router, replicas.router, health.router
+    ):
         app.include_router(router)
-    fastpath.install(app, records.FAST_PATHS)  # inside every middleware added below
+    # inside every middleware added below
+    fastpath.install(app, [*records.FAST_PATHS, *internal.FAST_PATHS])
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     access_control.install(app, access, settings.internal_token)
     app.add_middleware(RequestShape)  # outermost: malformed requests stop here

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from eos_security.access import AccessControl
 from partition_service.metrics import NodeMetrics
 from partition_service.registry import PartitionRegistry
+from partition_service.replication.manager import ReplicaManager
 from partition_service.settings import NodeSettings
 from partition_service.verification import TransactionVerifier
 
@@ -21,6 +22,7 @@ class NodeContext:
     verifier: TransactionVerifier
     metrics: NodeMetrics
     access: AccessControl
+    replicas: ReplicaManager
     ready: bool = False
 
 

@@ -19,6 +19,17 @@ the ACL snapshot. Any instance answers both from the shared database, so the nod
 
 So losing the instance the node was started with costs the requests in flight to it a
 fraction of a second, and none after that.
+
+One request is a write that only one instance may make: under transaction version 2 the
+node adds a partition to a producer's transaction (``post_to_owner``). It goes to the
+instance the caller expects to own it, else to the usual order; an instance that does
+not own it answers NOT_COORDINATOR naming the owner, and the owner is asked next. Such an
+answer says nothing bad of the instance, so it is not set aside. A write cannot be hedged
+(no other instance may make it), so an owner that is set aside — most likely paused or
+dead, its lease about to pass to another instance — is given only ``hedge_s`` to answer:
+until its lease runs out, each attempt then costs a fraction of a second rather than
+``timeout_s``, and the producer retries (COORDINATOR_NOT_AVAILABLE) until the new owner
+answers.
 """
 
 from __future__ import annotations
@@ -46,6 +57,20 @@ FORGET_AFTER_S = 300.0
 
 #: Answers that say "this instance cannot serve now" (a proxy, a dying server): try the next.
 _UNAVAILABLE = frozenset({502, 503, 504})
+
+#: How many NOT_COORDINATOR answers one write follows (an owner that moves meanwhile
+#: may send it round once more).
+MAX_REDIRECTS = 3
+
+
+def _error_code(content: bytes) -> tuple[str | None, dict[str, object]]:
+    """The code and details of an error envelope, (None, {}) when it is not one."""
+    try:
+        error = orjson.loads(content)["error"]
+        details = error.get("details") or {}
+        return str(error["code"]), details if isinstance(details, dict) else {}
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return None, {}
 
 
 class CoordinatorPool:
@@ -172,23 +197,121 @@ class CoordinatorPool:
                 task.cancel()
         raise CoordinatorNotAvailableError("no coordinator answered: " + "; ".join(failures))
 
+    async def post(self, path: str, body: object) -> Answer:
+        """POST a JSON ``body`` to the first coordinator that answers, one at a time (a
+        write is not hedged: heartbeats and ISR changes are cheap to repeat, but there is
+        no reason to send them twice)."""
+        failures: list[str] = []
+        content = orjson.dumps(body)
+        for base in self.candidates():
+            try:
+                response = await self._client.post(
+                    base + path, content=content, headers={"content-type": "application/json"}
+                )
+            except httpx.HTTPError as exc:
+                self._failed(base, f"{exc or type(exc).__name__}", failures)
+                continue
+            if self._usable(base, response.status_code, failures):
+                return response.status_code, response.content
+        raise CoordinatorNotAvailableError("no coordinator answered: " + "; ".join(failures))
+
+    async def post_to_owner(
+        self, path: str, body: object, *, first: str | None = None
+    ) -> tuple[int, bytes, str]:
+        """POST to the instance that owns what ``path`` names: ``first`` if given, else
+        the usual order, following NOT_COORDINATOR to the owner it names. Returns the
+        answer and the instance that gave it (the owner, when it is a success). An
+        answer with an error envelope is the caller's to read, 503 ones included
+        (CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS): the instance served.
+        """
+        if not self.configured and not self._learned:
+            raise CoordinatorNotAvailableError(
+                "this node has no coordinator URL (--coordinator-url)"
+            )
+        content = orjson.dumps(body)
+        order = self.candidates()
+        if first is not None and not self._is_aside(first):
+            order = [first, *(u for u in order if u != first)]
+        failures: list[str] = []
+        asked: set[str] = set()
+        failed: set[str] = set()  # not asked again in this call, whoever names them
+        redirects = 0
+        while order:
+            base = order.pop(0)
+            if base in asked:
+                continue
+            asked.add(base)
+            failed.add(base)
+            try:
+                if self._is_aside(base):
+                    async with asyncio.timeout(self._hedge_s):
+                        status, answer = await self._post_once(base + path, content)
+                else:
+                    status, answer = await self._post_once(base + path, content)
+            except TimeoutError:
+                self._failed(base, f"no answer within {self._hedge_s:.2f} s", failures)
+                continue
+            except httpx.HTTPError as exc:
+                self._failed(base, f"{exc or type(exc).__name__}", failures)
+                continue
+            code, details = _error_code(answer)
+            if code is None and status in _UNAVAILABLE:
+                self._failed(base, f"HTTP {status}", failures)
+                continue
+            failed.discard(base)
+            self._down_until.pop(base, None)  # it served
+            owner = details.get("coordinator_url") if code == "NOT_COORDINATOR" else None
+            if isinstance(owner, str) and redirects < MAX_REDIRECTS:
+                try:
+                    owner = check_url(owner.rstrip("/"))
+                except AddressError as exc:
+                    failures.append(f"{base}: names an unusable owner: {exc}")
+                    continue
+                redirects += 1
+                if owner not in failed:
+                    asked.discard(owner)  # the owner may have moved back
+                    order.insert(0, owner)
+                failures.append(f"{base}: not the owner, {owner} is")
+                continue
+            return status, answer, base
+        raise CoordinatorNotAvailableError("no coordinator answered: " + "; ".join(failures))
+
+    def _is_aside(self, url: str) -> bool:
+        return self._down_until.get(url, 0.0) > self._clock()
+
+    async def _post_once(self, url: str, content: bytes) -> Answer:
+        if self._fast is not None and self._fast.supports(url):
+            headers = {**self._headers, "content-type": "application/json"}
+            return await self._fast.request("POST", url, content, headers=headers)
+        response = await self._client.post(
+            url, content=content, headers={"content-type": "application/json"}
+        )
+        return response.status_code, response.content
+
     def _judge(self, base: str, task: asyncio.Task[Answer], failures: list[str]) -> Answer | None:
         """The answer of ``base`` if it is one to give back; else note the failure."""
         try:
             status, content = task.result()
         except httpx.HTTPError as exc:
-            failures.append(f"{base}: {exc or type(exc).__name__}")
-            self.set_aside(base)
+            self._failed(base, f"{exc or type(exc).__name__}", failures)
             return None
+        return (status, content) if self._usable(base, status, failures) else None
+
+    def _failed(self, base: str, why: str, failures: list[str]) -> None:
+        failures.append(f"{base}: {why}")
+        self.set_aside(base)
+
+    def _usable(self, base: str, status: int, failures: list[str]) -> bool:
+        """An answer from ``base`` with ``status``: one to give back (and ``base`` is
+        preferred from now on), or one that says the instance cannot serve now."""
         if status in _UNAVAILABLE:
-            failures.append(f"{base}: HTTP {status}")
-            self.set_aside(base)
-            return None
+            self._failed(base, f"HTTP {status}", failures)
+            return False
         if self._preferred != base:
             log.info("asking coordinator %s from now on", base)
         self._preferred = base
         self._down_until.pop(base, None)
-        return status, content
+        return True
 
     async def refresh_members(self) -> bool:
         """Learn the live instances; a failure keeps the list as it was (False)."""
@@ -217,3 +340,4 @@ class CoordinatorPool:
         if self._fast is not None:
             await self._fast.close()
         await self._client.aclose()
+

@@ -44,6 +44,24 @@ class NodeMetrics:
         self.errors = Counter(
             "eos_node_errors_total", "Error answers by code.", ["code"], registry=self.prometheus
         )
+        self.deleted_segments = Counter(
+            "eos_node_retention_deleted_segments_total",
+            "Closed segments deleted by retention, compaction or a leader's log start.",
+            ["topic"],
+            registry=self.prometheus,
+        )
+        self.deleted_bytes = Counter(
+            "eos_node_retention_deleted_bytes_total",
+            "Bytes of the segments deleted by retention, compaction or a leader's log start.",
+            ["topic"],
+            registry=self.prometheus,
+        )
+        self.compacted_copies = Counter(
+            "eos_node_compaction_copied_records_total",
+            "Committed offsets copied forward by compaction of __consumer_offsets.",
+            ["topic"],
+            registry=self.prometheus,
+        )
         self.known_coordinators = Gauge(
             "eos_node_known_coordinators",
             "Coordinator instances this node can fall over to (configured and learned); "
@@ -71,12 +89,47 @@ class _PartitionCollector(Collector):
             "eos_node_open_transactions", "Transactions open on the partition.", labels=labels
         )
         fsyncs = GaugeMetricFamily("eos_node_fsyncs", "Group-commit fsyncs so far.", labels=labels)
+        leader = GaugeMetricFamily(
+            "eos_node_partition_leader", "1 while this node leads the partition.", labels=labels
+        )
+        under = GaugeMetricFamily(
+            "eos_node_under_replicated",
+            "1 while this node leads the partition with fewer in-sync replicas than replicas.",
+            labels=labels,
+        )
+        isr = GaugeMetricFamily(
+            "eos_node_in_sync_replicas", "In-sync replicas, as the leader sees them.",
+            labels=labels,
+        )  # fmt: skip
+        log_start = GaugeMetricFamily(
+            "eos_node_log_start_offset", "First offset still in the log.", labels=labels
+        )
+        log_bytes = GaugeMetricFamily(
+            "eos_node_log_size_bytes", "Bytes of the partition's segments.", labels=labels
+        )
+        replica_lag = GaugeMetricFamily(
+            "eos_node_replica_lag",
+            "Offsets a follower is behind this leader's log end (per follower).",
+            labels=[*labels, "replica"],
+        )
         for (topic, index), partition in list(self.registry.partitions.items()):
             engine = partition.engine
             key = [topic, str(index)]
             hw.add_metric(key, engine.high_watermark)
+            log_start.add_metric(key, engine.log_start_offset)
+            log_bytes.add_metric(key, sum(s.size for s in engine.log.segments))
             lso.add_metric(key, engine.last_stable_offset)
             lag.add_metric(key, engine.high_watermark - engine.last_stable_offset)
             open_txns.add_metric(key, len(engine.producers.open_transactions))
             fsyncs.add_metric(key, partition.committer.fsyncs)
-        yield from (hw, lso, lag, open_txns, fsyncs)
+            role = partition.role
+            leader.add_metric(key, 1 if role.leads else 0)
+            view = role.leader
+            if view is not None:
+                under.add_metric(key, 1 if len(view.isr) < len(view.replicas) else 0)
+                isr.add_metric(key, len(view.isr))
+                for replica, progress in view.followers.items():
+                    behind = max(engine.log_end_offset - progress.log_end_offset, 0)
+                    replica_lag.add_metric([*key, str(replica)], behind)
+        yield from (hw, lso, lag, open_txns, fsyncs, leader, under, isr, replica_lag, log_start,
+                    log_bytes)  # fmt: skip

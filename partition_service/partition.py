@@ -21,11 +21,14 @@ from eos_protocol.errors import (
     InvalidRecordError,
     InvalidRequestError,
     MessageTooLargeError,
+    NotEnoughReplicasAfterAppendError,
 )
 from eos_protocol.node import Encoding, ProduceRequest, RecordIn
 from partition_service.group_commit import GroupCommitter
 from partition_service.log.batch import NO_PRODUCER_ID, NO_SEQUENCE
+from partition_service.log.cleaner import RetentionPolicy
 from partition_service.log.engine import AppendResult, PartitionEngine, ReadResult, Row
+from partition_service.replication.role import Role
 
 T = TypeVar("T")
 
@@ -50,6 +53,10 @@ def collector_paused() -> Iterator[None]:
         gc.enable()
 
 
+#: How long an acks=all write waits for the in-sync replicas (Kafka's request.timeout.ms).
+REPLICATION_TIMEOUT_S = 30.0
+
+
 @dataclass(frozen=True)
 class Limits:
     max_record_bytes: int = 1024 * 1024
@@ -66,16 +73,22 @@ class Partition:
         checkpoint_interval_ms: int,
         limits: Limits,
         clock: Callable[[], int] = now_ms,
+        node_id: int = 1,
     ) -> None:
         self.engine = engine
         self.limits = limits
         self.clock = clock
+        self.role = Role(node_id)  # led here alone until a controller says otherwise
+        # the topic's retention (from the controller's assignment) and, while following,
+        # the leader's log start from its last fetch answer: what retention acts on
+        self.retention = RetentionPolicy()
+        self.leader_log_start: int | None = None
         self._changed = asyncio.Event()
         self.committer = GroupCommitter(
             engine,
             fsync=fsync,
             checkpoint_interval_ms=checkpoint_interval_ms,
-            on_durable=self._notify,
+            on_durable=self.notify,
         )
 
     @property
@@ -93,9 +106,58 @@ class Partition:
         await self.committer.stop()
         self.engine.close()
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
+        self.advance_high_watermark()
         self._changed.set()
         self._changed = asyncio.Event()
+
+    # -- replication ---------------------------------------------------------------------
+    def advance_high_watermark(self) -> None:
+        """While leading a replicated partition, the high watermark is what the in-sync
+        replicas have (``LeaderReplicas``); alone, it is what is durable here."""
+        leader = self.role.leader
+        assignment = self.role.assignment
+        if leader is not None and assignment is not None and assignment.replicated:
+            self.engine.replicated_offset = leader.advance_high_watermark(
+                self.engine.durable_offset
+            )
+
+    def on_replica_fetch(self, replica: int, fetch_offset: int) -> None:
+        """A follower fetched from ``fetch_offset``: it has everything below."""
+        leader = self.role.leader
+        if leader is None:
+            return
+        leader.on_fetch(replica, fetch_offset, self.engine.log_end_offset, self.clock())
+        self.notify()
+
+    async def changed_within(self, timeout_s: float) -> bool:
+        """Wait for the next change of this partition's offsets (an append made durable, a
+        marker, a follower's fetch, a new role); False when ``timeout_s`` passed first.
+        The one wait of every long poll here: fetches, follower fetches, acks=all."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout=max(timeout_s, 0.0))
+        except TimeoutError:
+            return False
+        return True
+
+    async def wait_replicated(self, end: int, timeout_s: float) -> None:
+        """Until the high watermark reaches ``end`` (acks=all). Refused if this replica
+        stops leading meanwhile, or if the in-sync replicas fall below the minimum."""
+        deadline = time.monotonic() + timeout_s
+        while self.engine.high_watermark < end:
+            self.role.require_leader()
+            leader = self.role.leader
+            if leader is not None and not leader.enough_in_sync():
+                raise NotEnoughReplicasAfterAppendError(
+                    f"written, but the in-sync replicas {leader.isr} fell below "
+                    f"min_insync_replicas {leader.min_insync_replicas} before it was replicated"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NotEnoughReplicasAfterAppendError(
+                    f"written, but not on every in-sync replica within {timeout_s:.1f}s"
+                )
+            await self.changed_within(min(remaining, 0.5))  # and look again twice a second
 
     # -- produce -------------------------------------------------------------------------
     def validate_rows(self, request: ProduceRequest, *, body_bytes: int | None = None) -> list[Row]:
@@ -111,6 +173,8 @@ class Partition:
             request.producer_epoch is not None or request.base_sequence is not None
         ):
             raise InvalidRequestError("producer_epoch and base_sequence need a producer_id")
+        if has_producer and request.acks != -1:
+            raise InvalidRequestError("an idempotent or transactional batch needs acks -1 (all)")
         if request.transactional and not has_producer:
             raise InvalidRequestError(
                 "a transactional batch needs producer_id, producer_epoch and base_sequence"
@@ -192,8 +256,17 @@ class Partition:
             entry is None or entry.current_txn_first_offset is None or producer_epoch != entry.epoch
         )
 
-    async def wait_durable(self, result: AppendResult) -> None:
+    async def wait_durable(self, result: AppendResult, *, acks_all: bool = True) -> None:
+        """Until the batch is on disk here and, with ``acks_all`` on a replicated
+        partition, on every in-sync replica (under the high watermark)."""
         await self.committer.wait_durable(result.last_offset + 1)
+        if acks_all:
+            await self._wait_in_sync(result.last_offset + 1)
+
+    async def _wait_in_sync(self, end: int) -> None:
+        assignment = self.role.assignment
+        if assignment is not None and assignment.replicated:
+            await self.wait_replicated(end, REPLICATION_TIMEOUT_S)
 
     # -- markers -------------------------------------------------------------------------
     async def write_marker(
@@ -204,7 +277,8 @@ class Partition:
         )
         end = self.engine.log_end_offset if offset is None else offset + 1
         await self.committer.wait_durable(end)
-        self._notify()
+        self.notify()
+        await self._wait_in_sync(end)  # a marker is acknowledged as acks=all, as in Kafka
 
     # -- fetch ---------------------------------------------------------------------------
     async def fetch(
@@ -235,10 +309,7 @@ class Partition:
                     answer = render(result)
                     del result  # free the records before the collector resumes
                     return answer
-            changed = self._changed
-            try:
-                await asyncio.wait_for(changed.wait(), timeout=remaining)
-            except TimeoutError:
+            if not await self.changed_within(remaining):
                 return render(result)  # no records
 
     def offsets(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from eos_protocol.partitioning import group_offsets_partition
 from partition_service.log.engine import PartitionEngine
 from partition_service.log.log import LogConfig, fsync_directory
 from partition_service.partition import Limits, Partition
+from partition_service.replication.role import is_marked_replicated, mark_replicated
 
 log = logging.getLogger("eos.node.registry")
 
@@ -48,8 +49,10 @@ class PartitionRegistry:
         checkpoint_interval_ms: int,
         limits: Limits,
         group_offset_partitions: int,
+        node_id: int = 1,
     ) -> None:
         self.data_dir = data_dir
+        self.node_id = node_id
         self.log_config = log_config
         self.fsync = fsync
         self.checkpoint_interval_ms = checkpoint_interval_ms
@@ -81,12 +84,15 @@ class PartitionRegistry:
                 engine.log.recovered_batches,
                 engine.log_end_offset,
             )
-        return Partition(
+        partition = Partition(
             engine,
             fsync=self.fsync,
             checkpoint_interval_ms=self.checkpoint_interval_ms,
             limits=self.limits,
+            node_id=self.node_id,
         )
+        partition.role.awaits_controller = is_marked_replicated(path)
+        return partition
 
     def start(self) -> None:
         for partition in self.partitions.values():
@@ -96,8 +102,10 @@ class PartitionRegistry:
         for partition in list(self.partitions.values()):
             await partition.stop()
 
-    async def create(self, topic: str, index: int) -> bool:
-        """Create a partition here; False if it existed already."""
+    async def create(self, topic: str, index: int, *, replicated: bool = False) -> bool:
+        """Create a partition here; False if it existed already. A ``replicated`` one
+        is marked so on disk (``awaits_controller``): it is led by the replica the
+        controller names, never here alone, before and after a restart alike."""
         problem = topic_name_problem(topic)
         if problem is not None:
             raise InvalidRequestError(f"invalid topic name {topic!r}: {problem}")
@@ -106,6 +114,9 @@ class PartitionRegistry:
                 return False
             path = self.data_dir / directory_name(topic, index)
             partition = self._open(path, topic, index)
+            if replicated and not partition.role.awaits_controller:
+                mark_replicated(path)
+                partition.role.awaits_controller = True
             fsync_directory(self.data_dir)
             self.partitions[(topic, index)] = partition
             partition.start()
@@ -125,4 +136,5 @@ class PartitionRegistry:
                 f"group {group_id!r} is stored in {CONSUMER_OFFSETS_TOPIC}-{index}, "
                 "which is not on this node"
             )
+        partition.role.require_leader()
         return partition

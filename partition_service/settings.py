@@ -61,6 +61,12 @@ class NodeSettings(SecuritySettings):
     checkpoint_interval_ms: int = Field(
         default=5000, ge=10, description="How often the recovery checkpoint is written."
     )
+    retention_check_interval_ms: int = Field(
+        default=30_000,
+        ge=10,
+        description="How often each partition's closed segments are checked against its "
+        "topic's retention (and __consumer_offsets compacted).",
+    )
     producer_expiration_ms: int = Field(
         default=86_400_000,
         ge=1000,
@@ -83,6 +89,23 @@ class NodeSettings(SecuritySettings):
     )
     acl_refresh_ms: int = Field(
         default=5_000, ge=100, description="How often the ACLs are fetched from the coordinator."
+    )
+    heartbeat_interval_ms: int = Field(
+        default=500,
+        ge=0,
+        description="How often the node tells the coordinators it is alive and learns its "
+        "partitions' leaders and ISRs (0: never, a node without a controller).",
+    )
+    controller_session_timeout_ms: int = Field(
+        default=3_000,
+        ge=100,
+        description="With no heartbeat answered for this long, the node stops leading "
+        "replicated partitions (the controller has taken it for dead) until one is.",
+    )
+    replica_lag_time_max_ms: int = Field(
+        default=10_000,
+        ge=100,
+        description="A follower not caught up with the leader for this long leaves the ISR.",
     )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
     log_format: Literal["json", "text"] = Field(

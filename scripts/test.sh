@@ -7,7 +7,9 @@
 # so they run in EOS_TEST_WORKERS pytest-xdist workers (default 4, measured on two cores),
 # the tests of one module-scoped fixture or lane on one worker (`--dist loadgroup` in
 # pyproject.toml; docs/testing.md). `-m unit` runs in this process: it takes seconds, less
-# than starting the workers would. An explicit `-n` is left to pytest.
+# than starting the workers would. An explicit `-n` is left to pytest. The heavy tests
+# (marker `heavy`) install what they need themselves: the compose run prepares podman
+# from Debian's packages (scripts/podman-setup.sh, root) and fails if it cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +20,22 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[dev,server,spark]'
+
+# The console's browser tests (tests/console) drive Debian's chromium through Playwright's
+# driver (no browser is ever downloaded). Installed here when missing (CI runs this as
+# root); a failed install stops the run at once, with the reason, instead of leaving those
+# tests to fail later.
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "scripts/test.sh: /usr/bin/chromium is missing; as root: apt-get install -y chromium" >&2
+    exit 1
+  fi
+  echo "== apt-get install chromium (the console's browser tests)"
+  if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }; then
+    echo "scripts/test.sh: installing chromium failed; the console's browser tests need it" >&2
+    exit 1
+  fi
+fi
 
 # PostgreSQL: the coordinator tests need it on 127.0.0.1:5432.
 if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q; then
@@ -31,20 +49,44 @@ echo "== ruff"
 echo "== mypy"
 .venv/bin/mypy sdk eos_protocol eos_server partition_service coordinator_service eos_cli spark_jobs eos_security
 echo "== pytest"
+# Two phases: the tests in parallel, then the `heavy` ones (an image build and a compose
+# project, a Spark standalone cluster) alone, one at a time, so that neither they nor the
+# rest are squeezed on a small machine. A `-m EXPR` of the caller applies to both.
 parallel=(-n "${EOS_TEST_WORKERS:-4}")
-previous=""
-for arg in "$@"; do
-  if [[ "$previous $arg" == "-m unit" || "$arg" == -n* || "$arg" == --numprocesses* ]]; then
-    parallel=()
-  fi
-  previous=$arg
+marker=""
+rest=()
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    -m) marker=$2; shift 2 ;;
+    -m*) marker=${1#-m}; shift ;;
+    -n*|--numprocesses*) parallel=(); rest+=("$1"); shift ;;
+    *) rest+=("$1"); shift ;;
+  esac
 done
-set +e
-.venv/bin/python -m pytest "${parallel[@]}" "$@"
-rc=$?
-set -e
-if [ "$rc" -eq 5 ]; then
-  echo "pytest selected no test (exit 5): not a failure"
-  exit 0
+if [ "$marker" = unit ]; then
+  parallel=()  # seconds in this process, less than starting the workers would take
 fi
-exit "$rc"
+run_pytest() {
+  set +e
+  .venv/bin/python -m pytest "$@"
+  local rc=$?
+  set -e
+  return "$rc"
+}
+first=0
+second=5
+run_pytest "${parallel[@]}" -m "${marker:+($marker) and }not heavy" ${rest[@]+"${rest[@]}"} || first=$?
+if [ "$marker" != unit ] && [ "$first" -eq 0 -o "$first" -eq 5 ]; then
+  echo "== pytest, heavy tests alone"
+  second=0
+  run_pytest -p no:cacheprovider -m "${marker:+($marker) and }heavy" ${rest[@]+"${rest[@]}"} || second=$?
+fi
+for rc in "$first" "$second"; do
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then
+    exit "$rc"
+  fi
+done
+if [ "$first" -eq 5 ] && [ "$second" -eq 5 ]; then
+  echo "pytest selected no test (exit 5): not a failure"
+fi
+exit 0

@@ -75,6 +75,7 @@ from sdk._errors import (
     ProducerClosedError,
     TransactionAbortedError,
 )
+from sdk._record_futures import AsyncRecordFutures, RecordFutures
 from sdk._state import ProducerState
 from sdk._types import ConsumerRecord, OffsetAndMetadata, RecordMetadata, TopicPartition
 from sdk.admin import AdminClient
@@ -93,6 +94,7 @@ __all__ = [
     "AsyncAdminClient",
     "AsyncConsumer",
     "AsyncProducer",
+    "AsyncRecordFutures",
     "AsyncTransactionalProducer",
     "ClientError",
     "ConcurrentTransactionsError",
@@ -128,6 +130,7 @@ __all__ = [
     "ProducerClosedError",
     "ProducerFencedError",
     "ProducerState",
+    "RecordFutures",
     "RecordMetadata",
     "ResourceType",
     "RetriableError",

@@ -5,20 +5,24 @@ Records wait in a per-partition queue of batches. A batch leaves when it is full
 it, or when the producer flushes. Sequence numbers are given when a batch leaves (Kafka's
 rule), so a batch dropped before it was sent leaves no gap.
 
-Ordering under retries: up to ``max_in_flight`` batches of one partition await their
-acknowledgement. When one fails with a retriable error, the later ones come back with
-OUT_OF_ORDER_SEQUENCE_NUMBER (they arrived after a gap) and are requeued behind it, and
-from then on the partition sends one batch at a time, oldest first, until the queue of
-retries is empty. A batch whose first attempt was written but whose answer was lost comes
-back ``duplicate`` with its original offsets. Nothing is written twice, nothing reordered.
+Ordering under retries: a partition's batches in flight span at most ``max_in_flight``
+sequence-ordered batches, counted from the oldest one not yet acknowledged (answers come
+back out of order; the node remembers only the last five batches). When one fails with a
+retriable error, the later ones come back with OUT_OF_ORDER_SEQUENCE_NUMBER (they arrived
+after a gap) and are requeued behind it, and from then on the partition sends one batch
+at a time, oldest first, until the queue of retries is empty. A batch whose first attempt
+was written but whose answer was lost comes back ``duplicate`` with its original offsets.
+Nothing is written twice, nothing reordered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import concurrent.futures
 import random
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -26,6 +30,7 @@ from eos_protocol.common import SEQUENCE_MODULUS
 from eos_protocol.errors import EosError
 from eos_protocol.partitioning import keyed_partition
 from sdk._errors import DeliveryTimeoutError
+from sdk._record_futures import RecordFuturesBase, Segment, acked, failed
 from sdk._state import SEQUENCE_ERRORS
 from sdk._transport import POLICIES, Req, Verdict, classify
 from sdk._types import Payload, RecordMetadata, TopicPartition
@@ -33,6 +38,15 @@ from sdk._types import Payload, RecordMetadata, TopicPartition
 T_contra = TypeVar("T_contra", contravariant=True)
 
 RECORD_OVERHEAD_BYTES = 40  # JSON punctuation and field names around each record
+#: The most one produce request carries when closed batches of a partition are sent
+#: together (Kafka's ``max.request.size`` default).
+MAX_REQUEST_BYTES = 1024 * 1024
+#: The node's limit of records in one batch (``partition_service.partition.Limits``).
+MAX_BATCH_RECORDS = 100_000
+
+_INVALID_STATE = (concurrent.futures.InvalidStateError, asyncio.InvalidStateError)
+_new_tuple = tuple.__new__
+_PER_RECORD = (tuple, list)  # how ``extend`` is given a future per record
 
 
 class FutureLike(Protocol[T_contra]):
@@ -46,12 +60,15 @@ class FutureLike(Protocol[T_contra]):
 
 
 def _settle(future: FutureLike[Any], result: Any = None, exc: BaseException | None = None) -> None:
-    if future.done():
-        return
-    if exc is not None:
-        future.set_exception(exc)
-    else:
-        future.set_result(result)
+    """Settle ``future`` unless it already is (the caller may have cancelled it). Asking
+    ``done()`` first would take a thread future's lock twice per record."""
+    try:
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+    except _INVALID_STATE:
+        pass
 
 
 # --- partitioner -------------------------------------------------------------------------
@@ -105,7 +122,8 @@ class ProducerBatch:
     created_ms: int
     done: FutureLike[None]
     records: list[dict[str, Any]] = field(default_factory=list)
-    futures: list[FutureLike[RecordMetadata]] = field(default_factory=list)
+    #: A future per record of ``send``, a ``Segment`` per run of a ``send_many`` list.
+    futures: list[FutureLike[RecordMetadata] | Segment] = field(default_factory=list)
     size: int = 0
     closed: bool = False
     order: int = -1  # position among the partition's sent batches
@@ -116,6 +134,13 @@ class ProducerBatch:
     retry_at_ms: int = 0
     on_wire: bool = False  # the request's body has been written to the connection
     pipelined: bool = False  # sent while an earlier batch of its partition was unanswered
+    #: The done-futures of closed batches this one took along into its request.
+    absorbed: list[FutureLike[None]] = field(default_factory=list)
+
+    def settle_done(self) -> None:
+        _settle(self.done)
+        for done in self.absorbed:
+            _settle(done)
 
     def request_body(self, transactional: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"encoding": self.encoding, "records": self.records}
@@ -129,18 +154,6 @@ class ProducerBatch:
         return body
 
 
-def record_size(
-    key: Payload | None, value: Payload | None, headers: dict[str, str] | None, binary: bool
-) -> int:
-    size = RECORD_OVERHEAD_BYTES
-    for part in (key, value):
-        if part is not None:
-            size += len(part) * 4 // 3 + 4 if binary else len(part)
-    if headers:
-        size += sum(len(k) + len(v) + 6 for k, v in headers.items())
-    return size
-
-
 @dataclass
 class PartitionQueue:
     unsent: deque[ProducerBatch] = field(default_factory=deque)
@@ -151,6 +164,20 @@ class PartitionQueue:
 
     def earlier_unresolved(self, batch: ProducerBatch) -> bool:
         return any(b.order < batch.order for b in (*self.in_flight, *self.retries))
+
+    def window_used(self) -> int:
+        """How many batches the node must still remember for a retry to be recognised.
+
+        The node keeps the metadata of a producer's last five batches per partition, so
+        a retry is only known as a duplicate if fewer than five batches were appended
+        after it. Answers overlap and may come back out of order, so the count is not of
+        the batches awaiting an answer but of every batch from the oldest unresolved one
+        to the newest sent: with batches 2..5 acknowledged and 1 still unresolved, a sixth
+        would push 1 out of the node's memory, and its retry would come back
+        OUT_OF_ORDER_SEQUENCE_NUMBER instead of duplicate.
+        """
+        unresolved = [b.order for b in (*self.in_flight, *self.retries)]
+        return self.next_order - min(unresolved) if unresolved else 0
 
 
 class RecordAccumulator:
@@ -166,8 +193,15 @@ class RecordAccumulator:
         delivery_timeout_ms: int,
         backoff: Callable[[BaseException | None, int], float],
         batch_future: Callable[[], FutureLike[None]],
+        max_request_bytes: int | None = None,
     ) -> None:
+        """``max_request_bytes``: when a partition may have fewer batches in flight than
+        ``max_in_flight`` (a transaction's first batch to a partition goes alone), a batch
+        leaving with closed batches queued behind it takes them along in its request, as
+        many as the missing places would have carried and at most this many bytes, so
+        the one round trip carries what the window would have (None: never)."""
         self.batch_size = batch_size
+        self.max_request_bytes = max_request_bytes
         self.linger_ms = linger_ms
         self.max_in_flight = max_in_flight
         self.delivery_timeout_ms = delivery_timeout_ms
@@ -177,6 +211,7 @@ class RecordAccumulator:
         self.flushing = False
         self.sequence_broken = False  # a batch with a sequence failed: sequences need reset
         self.last_closed = False  # the last append filled its batch
+        self.buffered_bytes = 0  # of the records queued, in flight or awaiting a retry
 
     # --- appending -----------------------------------------------------------------------
 
@@ -190,39 +225,145 @@ class RecordAccumulator:
         future: FutureLike[RecordMetadata],
         now_ms: int,
     ) -> bool:
-        """Add a record; returns True if it opened a new batch."""
-        binary = isinstance(key, bytes) or isinstance(value, bytes)
-        encoding = "base64" if binary else "utf8"
-        size = record_size(key, value, headers, binary)
-        queue = self.queues.setdefault(tp, PartitionQueue())
-        batch = queue.unsent[-1] if queue.unsent else None
+        """Add a record; returns True if it opened a new batch. (``extend`` for one
+        record, written out: this is ``send``'s path, once per record.)"""
+        if isinstance(key, bytes) or isinstance(value, bytes):
+            encoding = "base64"
+            size = RECORD_OVERHEAD_BYTES + sum(
+                len(p) * 4 // 3 + 4 for p in (key, value) if p is not None
+            )
+            record: dict[str, Any] = {
+                "key": encode_payload(key, encoding),
+                "value": encode_payload(value, encoding),
+            }
+        else:
+            encoding = "utf8"
+            size = RECORD_OVERHEAD_BYTES + (0 if key is None else len(key)) + (
+                0 if value is None else len(value)
+            )
+            record = {"key": key, "value": value}
+        if headers:
+            size += sum(len(k) + len(v) + 6 for k, v in headers.items())
+            record["headers"] = headers
+        if timestamp_ms is not None:
+            record["timestamp_ms"] = timestamp_ms
+        queue = self.queues.get(tp)
+        if queue is None:
+            queue = self.queues[tp] = PartitionQueue()
+        unsent = queue.unsent
+        batch = unsent[-1] if unsent else None
         new = (
             batch is None
             or batch.closed
             or batch.encoding != encoding
-            or (bool(batch.records) and batch.size + size > self.batch_size)
+            or (batch.size + size > self.batch_size and bool(batch.records))
         )
         if new:
             if batch is not None:
                 batch.closed = True
             batch = ProducerBatch(tp, encoding, now_ms, self._batch_future())
-            queue.unsent.append(batch)
+            unsent.append(batch)
         assert batch is not None
-        record: dict[str, Any] = {
-            "key": encode_payload(key, encoding),
-            "value": encode_payload(value, encoding),
-        }
-        if headers:
-            record["headers"] = headers
-        if timestamp_ms is not None:
-            record["timestamp_ms"] = timestamp_ms
         batch.records.append(record)
         batch.futures.append(future)
         batch.size += size
+        self.buffered_bytes += size
         self.last_closed = batch.size >= self.batch_size
         if self.last_closed:
             batch.closed = True
         return new
+
+    def extend(
+        self,
+        tp: TopicPartition,
+        keys: Sequence[Payload | None] | None,
+        values: Sequence[Payload | None],
+        headers: dict[str, str] | None,
+        timestamp_ms: int | None,
+        futures: Sequence[FutureLike[RecordMetadata]] | RecordFuturesBase[Any],
+        start: int,
+        now_ms: int,
+        *,
+        until_new_batch: bool,
+        stop: int | None = None,
+    ) -> tuple[int, bool]:
+        """Add records ``start:stop`` of ``values`` (with ``keys``, the same headers and
+        timestamp for each) to ``tp``; returns the index after the last one added, and
+        whether a batch was opened. With ``until_new_batch`` it stops after the record
+        that opened a batch: the sticky partitioner moves on there (KIP-480), so the
+        records after it belong to another partition. ``futures`` is a future per
+        record, or the ``RecordFutures`` of a list: its records then enter each batch as
+        one ``Segment``.
+
+        This is the per-record path of ``send`` and ``send_many`` alike, so it is written
+        for speed: one loop, no calls per record but the record's dictionary and lengths.
+        """
+        queue = self.queues.get(tp)
+        if queue is None:
+            queue = self.queues[tp] = PartitionQueue()
+        unsent = queue.unsent
+        batch = unsent[-1] if unsent else None
+        limit = self.batch_size
+        extra = RECORD_OVERHEAD_BYTES
+        if headers:
+            extra += sum(len(k) + len(v) + 6 for k, v in headers.items())
+        opened = False
+        closed = False
+        grouped = not isinstance(futures, _PER_RECORD)  # an ABC's isinstance is slow
+        i, n = start, len(values) if stop is None else stop
+        run_start = i  # the first record of the group's run in ``batch``
+        while i < n:
+            key = None if keys is None else keys[i]
+            value = values[i]
+            binary = isinstance(key, bytes) or isinstance(value, bytes)
+            if binary:
+                encoding = "base64"
+                size = extra + sum(len(p) * 4 // 3 + 4 for p in (key, value) if p is not None)
+            else:
+                encoding = "utf8"
+                size = extra + (0 if key is None else len(key)) + (
+                    0 if value is None else len(value)
+                )
+            if (
+                batch is None
+                or batch.closed
+                or batch.encoding != encoding
+                or (batch.size + size > limit and batch.records)
+            ):
+                if batch is not None:
+                    batch.closed = True
+                    if grouped and i > run_start:
+                        batch.futures.append(Segment(futures, run_start, i))  # type: ignore[arg-type]
+                run_start = i
+                batch = ProducerBatch(tp, encoding, now_ms, self._batch_future())
+                unsent.append(batch)
+                opened = True
+            if binary:
+                record: dict[str, Any] = {
+                    "key": encode_payload(key, encoding),
+                    "value": encode_payload(value, encoding),
+                }
+            else:
+                record = {"key": key, "value": value}
+            if headers:
+                record["headers"] = headers
+            if timestamp_ms is not None:
+                record["timestamp_ms"] = timestamp_ms
+            batch.records.append(record)
+            if not grouped:
+                batch.futures.append(futures[i])
+            batch.size += size
+            self.buffered_bytes += size
+            i += 1
+            closed = batch.size >= limit
+            if closed:
+                batch.closed = True
+            if opened and until_new_batch:
+                break
+        if grouped and batch is not None and i > run_start:
+            batch.futures.append(Segment(futures, run_start, i))  # type: ignore[arg-type]
+        self.last_closed = closed
+        return i, opened
 
     # --- draining ------------------------------------------------------------------------
 
@@ -264,7 +405,7 @@ class RecordAccumulator:
             # only come back OUT_OF_ORDER_SEQUENCE_NUMBER. Their answers still overlap.
             while (
                 queue.unsent
-                and len(queue.in_flight) < limit
+                and queue.window_used() < limit
                 and all(b.on_wire for b in queue.in_flight)
             ):
                 batch = queue.unsent[0]
@@ -273,6 +414,13 @@ class RecordAccumulator:
                     later(due)
                     break
                 queue.unsent.popleft()
+                throttled = limit < self.max_in_flight
+                if batch.closed and self.max_request_bytes is not None and throttled:
+                    # The partition may have fewer batches in flight than the others (a
+                    # transaction's first batch goes alone): the request carries what
+                    # the missing places would have.
+                    room = self.batch_size * (self.max_in_flight - limit + 1)
+                    self._take_along(queue, batch, min(self.max_request_bytes, room))
                 batch.closed = True
                 batch.pipelined = bool(queue.in_flight)
                 batch.order = queue.next_order
@@ -288,6 +436,29 @@ class RecordAccumulator:
                 batch.on_wire = False
                 out.append(batch)
         return out, wake
+
+    @staticmethod
+    def _take_along(queue: PartitionQueue, batch: ProducerBatch, most: int) -> None:
+        """Move the closed batches queued behind ``batch`` into it, while the request stays
+        within ``most`` bytes and the node's records limit. Only batches never sent are
+        taken (none has a sequence number yet), and in their order, so the records keep
+        theirs; each one's done-future is settled with ``batch``."""
+        unsent = queue.unsent
+        while unsent:
+            nxt = unsent[0]
+            if (
+                not nxt.closed
+                or nxt.encoding != batch.encoding
+                or batch.size + nxt.size > most
+                or len(batch.records) + len(nxt.records) > MAX_BATCH_RECORDS
+            ):
+                return
+            unsent.popleft()
+            batch.records.extend(nxt.records)
+            batch.futures.extend(nxt.futures)
+            batch.size += nxt.size
+            batch.absorbed.append(nxt.done)
+            batch.absorbed.extend(nxt.absorbed)
 
     def expire(self, now_ms: int) -> None:
         """Fail what outlived ``delivery_timeout_ms`` while nothing could be drained."""
@@ -308,17 +479,41 @@ class RecordAccumulator:
 
     # --- answers -------------------------------------------------------------------------
 
-    def complete(self, batch: ProducerBatch, body: dict[str, Any]) -> None:
-        """The node acknowledged the batch (perhaps as a duplicate of an earlier attempt)."""
+    def complete(
+        self, batch: ProducerBatch, body: dict[str, Any], *, settle: bool = True
+    ) -> Callable[[], None]:
+        """The node acknowledged the batch (perhaps as a duplicate of an earlier attempt).
+
+        Returns what settles the records' futures and the batch's done-future; with
+        ``settle=False`` the caller runs it later, outside its lock (settling thousands
+        of thread futures under the lock the application's ``send`` takes would stall
+        it for as long)."""
         queue = self.queues[batch.tp]
         if batch in queue.in_flight:
             queue.in_flight.remove(batch)
+        self.buffered_bytes -= batch.size  # its own and those it took along
         base, ts = int(body["base_offset"]), int(body["log_append_time_ms"])
         duplicate = bool(body.get("duplicate", False))
-        for i, future in enumerate(batch.futures):
-            meta = RecordMetadata(batch.tp.topic, batch.tp.partition, base + i, ts, duplicate)
-            _settle(future, meta)
-        _settle(batch.done)
+
+        def run() -> None:
+            topic, partition = batch.tp
+            offset = base
+            for entry in batch.futures:
+                if isinstance(entry, Segment):
+                    start, stop = entry.start, entry.stop
+                    entry.group.settle(
+                        start, stop, acked(start, stop, topic, partition, offset, ts, duplicate)
+                    )
+                    offset += stop - start
+                else:
+                    meta = _new_tuple(RecordMetadata, (topic, partition, offset, ts, duplicate))
+                    _settle(entry, meta)
+                    offset += 1
+            batch.settle_done()
+
+        if settle:
+            run()
+        return run
 
     def failed(self, batch: ProducerBatch, exc: BaseException, now_ms: int) -> BaseException | None:
         """A send of ``batch`` failed. Returns None if it will be retried, else the error
@@ -351,9 +546,13 @@ class RecordAccumulator:
         return exc
 
     def _fail(self, batch: ProducerBatch, exc: BaseException) -> None:
-        for future in batch.futures:
-            _settle(future, exc=exc)
-        _settle(batch.done)  # "done" says settled; the records' futures carry the error
+        self.buffered_bytes -= batch.size
+        for entry in batch.futures:
+            if isinstance(entry, Segment):
+                entry.group.settle(entry.start, entry.stop, failed(entry.start, entry.stop, exc))
+            else:
+                _settle(entry, exc=exc)
+        batch.settle_done()  # "done" says settled; the records' futures carry the error
 
     # --- whole-producer operations -------------------------------------------------------
 

@@ -12,7 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from eos_protocol.addresses import parse_url_list
-from eos_protocol.coordinator import DEFAULT_TRANSACTION_TIMEOUT_MS, MAX_TRANSACTION_TIMEOUT_MS
+from eos_protocol.coordinator import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    MAX_TRANSACTION_TIMEOUT_MS,
+    TRANSACTION_VERSION_1,
+    TRANSACTION_VERSION_2,
+)
 
 
 class UseDefault(enum.Enum):
@@ -84,19 +89,32 @@ class ProducerConfig:
     ``linger_ms`` and ``batch_size`` (bytes) shape the batches of each partition;
     ``max_in_flight`` (at most 5, Kafka's limit for idempotence) is how many batches of one
     partition may await their acknowledgement; ``delivery_timeout_ms`` bounds the time
-    from ``send`` to the acknowledgement, retries included. ``token`` (default: the
+    from ``send`` to the acknowledgement, retries included. ``buffer_memory`` (bytes,
+    Kafka's ``buffer.memory``) bounds the records queued and not yet acknowledged: while
+    they fill it, ``send`` and ``send_many`` wait for room, at most ``max_block_ms``, then
+    raise ``EosTimeoutError`` (a producer that outruns its nodes pushes back on the
+    application instead of growing without limit). ``token`` (default: the
     ``EOS_TOKEN`` variable) is sent as a bearer token; ``ca_file`` (default: ``EOS_CA_FILE``)
     is the CA bundle that ``https://`` services are verified against.
+
+    ``transaction_version`` is the transaction protocol of a ``TransactionalProducer``
+    (KIP-890): 2, the default, sends no add-partitions (the storage node adds each
+    partition on the transaction's first batch there) and continues each transaction at
+    the epoch its commit or abort bumped; 1 is the older flow, for coordinators that do
+    not speak version 2: one add-partitions call before the first batch to each partition.
+    A coordinator that answers without the field is spoken to with version 1.
     """
 
     bootstrap_url: str | Sequence[str]
     transactional_id: str | None = None
+    transaction_version: int = TRANSACTION_VERSION_2
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     linger_ms: int = 5
     batch_size: int = 16_384
     max_in_flight: int = 5
     delivery_timeout_ms: int = 120_000
     max_block_ms: int = 60_000
+    buffer_memory: int = 33_554_432
     retry: RetryConfig = field(default_factory=RetryConfig)
     headers: dict[str, str] = field(default_factory=dict)
     token: str | None = None
@@ -110,12 +128,16 @@ class ProducerConfig:
             raise ValueError("linger_ms must not be negative")
         if self.batch_size < 1:
             raise ValueError("batch_size must be positive")
+        if self.buffer_memory < 1:
+            raise ValueError("buffer_memory must be positive")
         if not 1 <= self.transaction_timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
             raise ValueError(
                 f"transaction_timeout_ms must be within 1..{MAX_TRANSACTION_TIMEOUT_MS}"
             )
         if self.delivery_timeout_ms < self.linger_ms:
             raise ValueError("delivery_timeout_ms must be at least linger_ms")
+        if self.transaction_version not in (TRANSACTION_VERSION_1, TRANSACTION_VERSION_2):
+            raise ValueError("transaction_version must be 1 or 2")
 
 
 @dataclass(frozen=True)

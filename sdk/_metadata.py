@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from eos_protocol.addresses import AddressError, check_url, parse_url_list
-from eos_protocol.errors import UnknownTopicOrPartitionError
+from eos_protocol.errors import LeaderNotAvailableError, UnknownTopicOrPartitionError
 from eos_protocol.paths import segment
 from sdk._transport import refind_target
 from sdk._types import TopicPartition
@@ -132,7 +132,9 @@ class MetadataCache:
         return None if leaders is None else len(leaders)
 
     def leader(self, tp: TopicPartition) -> str | None:
-        """The partition's leader, or None when it must be looked up (again)."""
+        """The partition's leader, or None when it must be looked up (again).
+        ``LEADER_NOT_AVAILABLE`` (retriable: look it up again after a backoff) while the
+        partition has no live leader, which the metadata shows as an empty URL."""
         leaders = self._leaders.get(tp.topic)
         if leaders is None or tp.topic in self._stale:
             return None
@@ -140,7 +142,11 @@ class MetadataCache:
             raise UnknownTopicOrPartitionError(
                 f"{tp.topic} has {len(leaders)} partitions; there is no partition {tp.partition}"
             )
-        return leaders[tp.partition]
+        url = leaders[tp.partition]
+        if not url:
+            self._stale.add(tp.topic)
+            raise LeaderNotAvailableError(f"{tp.topic}-{tp.partition} has no live leader now")
+        return url
 
     def invalidate_topic(self, topic: str) -> None:
         """Look the leaders up again before the next request; a topic's partition count

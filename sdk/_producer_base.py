@@ -11,7 +11,7 @@ each call's requests and what its errors do to the state are the sequences of
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,10 +21,22 @@ from eos_protocol.errors import (
     UnknownTopicOrPartitionError,
     error_for,
 )
-from sdk._accumulator import FutureLike, Partitioner, ProducerBatch, RecordAccumulator
+from sdk._accumulator import (
+    MAX_REQUEST_BYTES,
+    FutureLike,
+    Partitioner,
+    ProducerBatch,
+    RecordAccumulator,
+)
 from sdk._config import ProducerConfig
-from sdk._errors import ProducerClosedError, TransactionAbortedError, copy_error
+from sdk._errors import (
+    EosTimeoutError,
+    ProducerClosedError,
+    TransactionAbortedError,
+    copy_error,
+)
 from sdk._metadata import MetadataCache
+from sdk._record_futures import RecordFuturesBase
 from sdk._state import ProducerState, TransactionManager
 from sdk._transport import POLICIES, UNKNOWN_OUTCOME, Req, Verdict, backoff_s, classify
 from sdk._types import (
@@ -36,6 +48,9 @@ from sdk._types import (
     as_offset,
 )
 from sdk._types import as_topic_partition as _tp
+
+_PAYLOAD_TYPES = (str, bytes)
+_new_tuple = tuple.__new__
 
 
 def now_ms() -> int:
@@ -64,9 +79,18 @@ class ProducerCore:
     """Everything a producer decides. Not thread-safe: the sync twin holds a lock."""
 
     def __init__(
-        self, config: ProducerConfig, batch_future: Callable[[], FutureLike[None]]
+        self,
+        config: ProducerConfig,
+        batch_future: Callable[[], FutureLike[None]],
+        *,
+        defer_settle: bool = False,
     ) -> None:
+        """``defer_settle``: acknowledged batches' futures are not settled by
+        ``on_produce_ok`` but queued for ``take_settlements``, which the sync twin runs
+        outside its lock."""
         self.config = config
+        self.defer_settle = defer_settle
+        self._settlements: list[Callable[[], None]] = []
         self.txn = TransactionManager(config.transactional_id)
         self.metadata = MetadataCache(config.bootstrap_url)
         self.partitioner = Partitioner()
@@ -77,6 +101,7 @@ class ProducerCore:
             delivery_timeout_ms=config.delivery_timeout_ms,
             backoff=lambda exc, attempt: backoff_s(exc, attempt, config.retry),
             batch_future=batch_future,
+            max_request_bytes=max(MAX_REQUEST_BYTES, config.batch_size),
         )
         self.closed = False
         self.init_in_flight = False
@@ -121,21 +146,133 @@ class ProducerCore:
         keyless: bool,
     ) -> bool:
         """Queue a record; True if the sender should look at the queues again now."""
-        if key is not None and not isinstance(key, str | bytes):
+        if key is not None and not isinstance(key, _PAYLOAD_TYPES):
             raise TypeError("a key is str, bytes or None")
-        if value is not None and not isinstance(value, str | bytes):
+        if value is not None and not isinstance(value, _PAYLOAD_TYPES):
             raise TypeError("a value is str, bytes or None")
-        new_partition = (
-            self.transactional
-            and tp not in self.txn.partitions
-            and (tp not in self.txn.pending and tp not in self.txn.adding)
-        )
-        self.txn.maybe_add_partition(tp)
+        txn = self.txn
+        new_partition = False
+        if txn.transactional:
+            new_partition = tp not in txn.partitions and (
+                tp not in txn.pending and tp not in txn.adding
+            )
+            txn.maybe_add_partition(tp)
         new_batch = self.accumulator.append(tp, key, value, headers, timestamp_ms, future, now_ms())
         if new_batch and keyless:
             count = self.metadata.partition_count(tp.topic) or 1
             self.partitioner.on_new_batch(tp.topic, tp.partition, count)
         return new_batch or new_partition or self.accumulator.last_closed
+
+    def buffer_full(self) -> bool:
+        """The records queued and unacknowledged fill ``buffer_memory``: a send waits."""
+        return self.accumulator.buffered_bytes >= self.config.buffer_memory
+
+    def buffer_timeout(self) -> EosTimeoutError:
+        """What a send raises when the buffer stayed full for ``max_block_ms``."""
+        return EosTimeoutError(
+            f"the producer's buffer ({self.config.buffer_memory} bytes) stayed full for "
+            f"max_block_ms ({self.config.max_block_ms} ms)"
+        )
+
+    def try_append(
+        self,
+        topic: str,
+        value: Payload | None,
+        key: Payload | None,
+        partition: int | None,
+        headers: dict[str, str] | None,
+        timestamp_ms: int | None,
+        future: FutureLike[RecordMetadata],
+    ) -> bool | None:
+        """``send`` when the topic's metadata is cached, without the generator of
+        ``sdk._txn_calls.send`` (the same steps, which then need no I/O): True if the
+        sender should look at the queues now; None if the topic must be looked up first
+        (the caller runs the full sequence)."""
+        self.check_send()
+        count = self.metadata.partition_count(topic)
+        if count is None:
+            return None
+        if partition is None:
+            p = self.partitioner.partition(topic, key, count)
+            tp: TopicPartition = _new_tuple(TopicPartition, (topic, p))
+        else:
+            tp = self.choose_partition(topic, key, partition)
+        return self.append(
+            tp, key, value, headers, timestamp_ms, future, key is None and partition is None
+        )
+
+    def append_many(
+        self,
+        topic: str,
+        values: Sequence[Payload | None],
+        keys: Sequence[Payload | None] | None,
+        partition: int | None,
+        headers: dict[str, str] | None,
+        timestamp_ms: int | None,
+        futures: RecordFuturesBase[Any],
+    ) -> bool:
+        """Queue a list of records, as ``send`` would one after the other (same
+        partitions, same order within each), in one call; ``futures`` settles them.
+        Every record is checked before any is queued, so a refused list leaves nothing
+        behind. Returns False if the topic must be looked up first."""
+        self.check_send()
+        count = self.metadata.partition_count(topic)
+        if count is None:
+            return False
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
+        for value in values:
+            if value is not None and not isinstance(value, str | bytes):
+                raise TypeError("a value is str, bytes or None")
+        for key in keys or ():
+            if key is not None and not isinstance(key, str | bytes):
+                raise TypeError("a key is str, bytes or None")
+        now = now_ms()
+        extend = self.accumulator.extend
+        if partition is not None:
+            tp = self.choose_partition(topic, None, partition)
+            self.txn.maybe_add_partition(tp)
+            extend(tp, keys, values, headers, timestamp_ms, futures, 0, now,
+                   until_new_batch=False)
+        elif keys is None:
+            # Keyless: the sticky partition takes records until a batch is opened, then
+            # the partitioner moves on, exactly as for records sent one by one.
+            i, n = 0, len(values)
+            while i < n:
+                tp = TopicPartition(topic, self.partitioner.partition(topic, None, count))
+                self.txn.maybe_add_partition(tp)
+                i, opened = extend(tp, None, values, headers, timestamp_ms, futures, i, now,
+                                   until_new_batch=True)
+                if opened:
+                    self.partitioner.on_new_batch(topic, tp.partition, count)
+        else:
+            # Keyed: each run of consecutive records bound for one partition goes in at
+            # once (a None key among them takes the sticky partition, as with ``send``).
+            for partition_index, start, stop in self._runs(topic, keys, count):
+                tp = TopicPartition(topic, partition_index)
+                self.txn.maybe_add_partition(tp)
+                extend(tp, keys, values, headers, timestamp_ms, futures, start, now,
+                       until_new_batch=False, stop=stop)
+        return True
+
+    def _runs(
+        self, topic: str, keys: Sequence[Payload | None], count: int
+    ) -> list[tuple[int, int, int]]:
+        """(partition, start, stop) of each run of consecutive keys of one partition."""
+        runs: list[tuple[int, int, int]] = []
+        partition_of = self.partitioner.partition
+        for i, key in enumerate(keys):
+            p = partition_of(topic, key, count)
+            if runs and runs[-1][0] == p and runs[-1][2] == i:
+                runs[-1] = (p, runs[-1][1], i + 1)
+            else:
+                runs.append((p, i, i + 1))
+        return runs
+
+    def take_settlements(self) -> list[Callable[[], None]]:
+        """The acknowledged batches whose futures are still to settle (``defer_settle``)."""
+        out, self._settlements = self._settlements, []
+        return out
 
     # --- the sender's questions ----------------------------------------------------------
 
@@ -227,7 +364,9 @@ class ProducerCore:
         batch.on_wire = True
 
     def on_produce_ok(self, batch: ProducerBatch, body: dict[str, Any]) -> None:
-        self.accumulator.complete(batch, body)
+        settle = self.accumulator.complete(batch, body, settle=not self.defer_settle)
+        if self.defer_settle:
+            self._settlements.append(settle)
         self.txn.on_batch_acked(batch.tp)
 
     def on_produce_error(self, batch: ProducerBatch, exc: BaseException) -> None:

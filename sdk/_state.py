@@ -14,14 +14,20 @@
 The producer asks this object before every call and tells it every answer; it refuses a
 call made out of order with ``IllegalStateError`` (or re-raises the error that put it in
 ABORTABLE_ERROR / FATAL_ERROR), so the rules are tested here without a server. It also
-keeps the partitions of the open transaction: a partition must be added at the coordinator
-(one batched call for all new ones) before the first batch is sent to it.
+keeps the partitions of the open transaction. Under transaction version 1 a partition must
+be added at the coordinator (one batched call for all new ones) before the first batch is
+sent to it. Under version 2 (KIP-890 part 2) there is no such call: the storage node adds
+the partition when the transaction's first batch reaches it, so a partition may be sent
+to at once, and the transaction is open at the coordinator from its first batch sent.
+Every commit or abort of version 2 bumps the epoch: the end's answer gives the id and
+epoch to go on with, and sequence numbers restart at 0.
 """
 
 from __future__ import annotations
 
 import enum
 
+from eos_protocol.coordinator import TRANSACTION_VERSION_1, TRANSACTION_VERSION_2
 from eos_protocol.errors import AbortableError, EosError, FatalError
 from sdk._errors import DeliveryTimeoutError, IllegalStateError, copy_error
 from sdk._types import TopicPartition
@@ -94,6 +100,8 @@ class TransactionManager:
         self.opened: set[TopicPartition] = set()  # a batch acknowledged in this transaction
         self.groups: set[str] = set()  # offsets added (AddOffsetsToTxn)
         self.started_at_coordinator = False  # an add was sent: the end call is needed
+        # the protocol the coordinator agreed to at init (1 until it says otherwise)
+        self.transaction_version = TRANSACTION_VERSION_1
 
     @property
     def transactional(self) -> bool:
@@ -102,6 +110,11 @@ class TransactionManager:
     @property
     def has_producer_id(self) -> bool:
         return self.producer_id >= 0
+
+    @property
+    def nodes_add_partitions(self) -> bool:
+        """Transaction version 2: the storage nodes add partitions, ends bump the epoch."""
+        return self.transactional and self.transaction_version >= TRANSACTION_VERSION_2
 
     def _transition(self, target: ProducerState) -> None:
         if self.state not in _VALID_PREVIOUS[target]:
@@ -181,8 +194,17 @@ class TransactionManager:
             raise IllegalStateError(f"send_offsets_to_transaction in state {self.state.value}")
 
     def maybe_add_partition(self, tp: TopicPartition) -> None:
-        if self.transactional and tp not in self.partitions:
+        if self.nodes_add_partitions:
+            self.partitions.add(tp)  # the node adds it with the first batch
+        elif self.transactional and tp not in self.partitions:
             self.pending.add(tp)
+
+    def on_batch_sent(self, tp: TopicPartition) -> None:
+        """A batch leaves for ``tp``. Under version 2 its node may add ``tp`` at the
+        coordinator, which opens the transaction there, whatever becomes of the answer:
+        from now on the transaction must be ended by a commit or abort call."""
+        if self.nodes_add_partitions:
+            self.started_at_coordinator = True
 
     def is_sendable(self, tp: TopicPartition) -> bool:
         """A batch may leave only for a partition the coordinator has added."""
@@ -258,14 +280,42 @@ class TransactionManager:
         commit or abort for a transaction that added nothing)."""
         return self.started_at_coordinator
 
-    def complete_end(self) -> None:
-        """Commit or abort is done at the coordinator."""
+    @property
+    def confirmed_at_coordinator(self) -> bool:
+        """Whether the coordinator certainly holds a transaction: something was
+        confirmed added (under version 2, a batch acknowledged: its node added it)."""
+        if self.nodes_add_partitions:
+            return bool(self.opened or self.groups)
+        return bool(self.partitions or self.groups)
+
+    def on_init_version(self, transaction_version: int) -> None:
+        """The protocol the coordinator's init answer agreed to."""
+        self.transaction_version = transaction_version
+
+    def complete_end(self, next_ids: tuple[int, int] | None = None) -> bool:
+        """Commit or abort is done at the coordinator; True when the producer goes on at
+        a new epoch (or id), so every partition's sequence restarts at 0.
+
+        ``next_ids`` is the (id, epoch) a version-2 end answered. The bump it made fences
+        everything of the ended transaction, which is what a KIP-360 bump after an abort
+        would do: none is needed after it.
+        """
         self._clear_transaction()
+        bumped = (
+            next_ids is not None
+            and self.nodes_add_partitions
+            and next_ids != (self.producer_id, self.producer_epoch)
+        )
+        if bumped:
+            assert next_ids is not None
+            self.producer_id, self.producer_epoch = next_ids
+            self.epoch_bump_required = False
         if self.state is S.ABORTING_TRANSACTION and self.epoch_bump_required:
             self.begin_epoch_bump()
         else:
             self._transition(S.READY)
             self.last_error = None
+        return bumped
 
     # --- errors --------------------------------------------------------------------------
 

@@ -15,10 +15,12 @@ or a wrapper that injects faults); that is the only seam tests need.
 from __future__ import annotations
 
 import enum
+import gc
 import os
 import random
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +54,7 @@ class Req(enum.StrEnum):
     METADATA = "metadata"
     TOPIC = "topic"
     CREATE_TOPIC = "create_topic"
+    ALTER_TOPIC = "alter_topic"
     FIND_COORDINATOR = "find_coordinator"
     INIT_PRODUCER_ID = "init_producer_id"
     INIT_TRANSACTIONS = "init_transactions"
@@ -81,16 +84,10 @@ class Verdict(enum.Enum):
 
 _ROUTING = frozenset({"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE"})
 _ALL_RETRIABLE = frozenset(
-    {
-        "NOT_COORDINATOR",
-        "COORDINATOR_NOT_AVAILABLE",
-        "COORDINATOR_LOAD_IN_PROGRESS",
-        "CONCURRENT_TRANSACTIONS",
-        "NOT_LEADER_OR_FOLLOWER",
-        "UNSTABLE_OFFSET_COMMIT",
-        "KAFKA_STORAGE_ERROR",
-    }
-)
+    {"NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE", "COORDINATOR_LOAD_IN_PROGRESS",
+     "CONCURRENT_TRANSACTIONS", "NOT_LEADER_OR_FOLLOWER", "UNSTABLE_OFFSET_COMMIT",
+     "KAFKA_STORAGE_ERROR"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -115,9 +112,19 @@ class RetryPolicy:
 # Kafka's metadata errors: the partition is not (yet, or no longer) where the client
 # thought, because it was just created, its node is restarting or its leader moved. The
 # client looks the leader up again and retries until its deadline.
-_METADATA_STALE = frozenset({"NOT_LEADER_OR_FOLLOWER", "UNKNOWN_TOPIC_OR_PARTITION"})
+_METADATA_STALE = frozenset(
+    {
+        "NOT_LEADER_OR_FOLLOWER",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "LEADER_NOT_AVAILABLE",
+        "FENCED_LEADER_EPOCH",
+        "UNKNOWN_LEADER_EPOCH",
+    }
+)
+# acks=all could not be met now; the same request (the same sequence) is tried again.
+_REPLICATION = frozenset({"NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND"})
 _NODE_REFIND = _METADATA_STALE | {"NOT_COORDINATOR"}
-_NODE_RETRIABLE = _ALL_RETRIABLE | _METADATA_STALE
+_NODE_RETRIABLE = _ALL_RETRIABLE | _METADATA_STALE | _REPLICATION
 
 
 def _node(refind: frozenset[str] = _NODE_REFIND) -> RetryPolicy:
@@ -132,6 +139,7 @@ POLICIES: dict[Req, RetryPolicy] = {
     # A second create after a lost answer would say TOPIC_ALREADY_EXISTS: not idempotent.
     # It waits for the partitions to be created on their nodes: the longer timeout.
     Req.CREATE_TOPIC: RetryPolicy(idempotent=False, coordinator=False),
+    Req.ALTER_TOPIC: RetryPolicy(idempotent=True),  # a repeat sets the same values
     Req.FIND_COORDINATOR: RetryPolicy(idempotent=True),
     # A lost answer only wastes a producer id.
     Req.INIT_PRODUCER_ID: RetryPolicy(idempotent=True),
@@ -145,6 +153,7 @@ POLICIES: dict[Req, RetryPolicy] = {
     Req.PRODUCE: RetryPolicy(
         idempotent=True,
         retriable=_METADATA_STALE
+        | _REPLICATION
         | {
             "KAFKA_STORAGE_ERROR",
             "COORDINATOR_NOT_AVAILABLE",
@@ -217,10 +226,33 @@ def backoff_s(exc: BaseException | None, attempt: int, retry: RetryConfig) -> fl
     return float(base * random.uniform(0.8, 1.2) / 1000)
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic collector around a burst of acyclic allocations (a large fetch
+    answer's records): collections amid it would walk every object made so far, again
+    and again, costing more than the parse (the storage node parses batches likewise)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+#: Answers at least this large are parsed with the collector paused.
+LARGE_ANSWER_BYTES = 64 * 1024
+
+
 def parse_response(response: httpx.Response) -> Any:
     """The JSON body of a success, or the exception its error envelope names."""
     if response.status_code < 300:
-        return orjson.loads(response.content) if response.content else {}
+        content = response.content
+        if len(content) >= LARGE_ANSWER_BYTES:
+            with collector_paused():
+                return orjson.loads(content)
+        return orjson.loads(content) if content else {}
     try:
         error = orjson.loads(response.content)["error"]
         code, message = str(error["code"]), str(error.get("message", ""))
@@ -558,6 +590,7 @@ __all__ = [
     "attempt_timeout_s",
     "backoff_s",
     "classify",
+    "collector_paused",
     "parse_response",
     "refind_target",
 ]

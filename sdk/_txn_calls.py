@@ -35,6 +35,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
+from eos_protocol.coordinator import TRANSACTION_VERSION_1
 from eos_protocol.errors import InvalidTxnStateError
 from sdk._accumulator import FutureLike, ProducerBatch
 from sdk._config import USE_DEFAULT, TimeoutArg, resolve_timeout
@@ -215,7 +216,10 @@ def produce(core: ProducerCore, batch: ProducerBatch) -> Steps[None]:
     try:
         url = core.metadata.leader(batch.tp)
         if url is None:
-            url = (yield from fetch_topic(core, batch.tp.topic))[batch.tp.partition]
+            yield from fetch_topic(core, batch.tp.topic)
+            url = core.metadata.leader(batch.tp)  # LEADER_NOT_AVAILABLE when it has none
+            assert url is not None
+        core.txn.on_batch_sent(batch.tp)
         body = yield Produce(
             batch, url + records_path(batch.tp), batch.request_body(core.transactional)
         )
@@ -233,11 +237,36 @@ def init_transactions(core: ProducerCore, timeout: TimeoutArg) -> Steps[None]:
     error (fenced) ends the producer; any other leaves it INITIALIZING, to call again."""
     core.txn.begin_init()
     try:
-        body = yield txn_call(core, Req.INIT_TRANSACTIONS, "init", core.init_body(False), timeout)
+        body = yield txn_call(core, Req.INIT_TRANSACTIONS, "init", _init_body(core, False), timeout)
     except Exception as exc:
         core.txn.on_error(exc)
         raise
+    _on_init(core, body)
+
+
+def _init_body(core: ProducerCore, bump: bool) -> dict[str, Any]:
+    """The init request, asking for the configured transaction version (version 1 sends
+    no field at all: exactly the older clients' request)."""
+    body = core.init_body(bump)
+    if core.config.transaction_version != TRANSACTION_VERSION_1:
+        body["transaction_version"] = core.config.transaction_version
+    return body
+
+
+def _on_init(core: ProducerCore, body: dict[str, Any]) -> None:
+    """The version is the one the coordinator answered (an older one answers none: 1)."""
     core.on_init(body)
+    core.txn.on_init_version(int(body.get("transaction_version", TRANSACTION_VERSION_1)))
+
+
+def _complete_end(core: ProducerCore, answer: dict[str, Any] | None) -> None:
+    """The end is done; under version 2 go on with the id and epoch it answered, every
+    partition's sequence from 0 (nothing is in flight: commit flushed, abort waited)."""
+    next_ids: tuple[int, int] | None = None
+    if answer is not None and answer.get("producer_epoch") is not None:
+        next_ids = (int(answer["producer_id"]), int(answer["producer_epoch"]))
+    if core.txn.complete_end(next_ids):
+        core.accumulator.reset_sequences()
 
 
 def send_offsets_to_transaction(
@@ -271,15 +300,16 @@ def commit_transaction(core: ProducerCore, timeout: TimeoutArg) -> Steps[None]:
     core.txn.begin_commit()
     yield Flush(resolve_timeout(timeout, core.config.max_block_ms))
     core.commit_outcome()
+    answer: dict[str, Any] | None = None
     if core.txn.needs_end_call:
         try:
-            yield txn_call(core, Req.END_TXN, "commit", core.end_body(), timeout)
+            answer = yield txn_call(core, Req.END_TXN, "commit", core.end_body(), timeout)
         except EosTimeoutError:
             raise  # still COMMITTING: calling commit_transaction again retries it
         except Exception as exc:
             core.on_request_error(exc)
             raise
-    core.txn.complete_end()
+    _complete_end(core, answer)
 
 
 def abort_transaction(core: ProducerCore, timeout: TimeoutArg) -> Steps[None]:
@@ -289,11 +319,12 @@ def abort_transaction(core: ProducerCore, timeout: TimeoutArg) -> Steps[None]:
     yield AwaitInFlight(
         core.accumulator.pending_done(), resolve_timeout(timeout, core.config.max_block_ms)
     )
+    answer: dict[str, Any] | None = None
     if core.txn.needs_end_call:
         try:
-            yield txn_call(core, Req.END_TXN, "abort", core.end_body(), timeout)
+            answer = yield txn_call(core, Req.END_TXN, "abort", core.end_body(), timeout)
         except InvalidTxnStateError:
-            if core.txn.partitions or core.txn.groups:
+            if core.txn.confirmed_at_coordinator:
                 core.txn.to_fatal(InvalidTxnStateError("abort refused"))
                 raise
             # nothing was confirmed added: there was no transaction to abort
@@ -302,7 +333,7 @@ def abort_transaction(core: ProducerCore, timeout: TimeoutArg) -> Steps[None]:
         except Exception as exc:
             core.on_request_error(exc)
             raise
-    core.txn.complete_end()
+    _complete_end(core, answer)
     if core.state is ProducerState.INITIALIZING:
-        body = yield txn_call(core, Req.INIT_TRANSACTIONS, "init", core.init_body(True), timeout)
-        core.on_init(body)
+        body = yield txn_call(core, Req.INIT_TRANSACTIONS, "init", _init_body(core, True), timeout)
+        _on_init(core, body)

@@ -23,6 +23,7 @@ from eos_protocol.acl import (
 )
 from eos_protocol.common import read_answer
 from eos_protocol.coordinator import (
+    AlterTopicConfigRequest,
     FindCoordinatorResponse,
     MetadataResponse,
     TopicInfo,
@@ -30,6 +31,11 @@ from eos_protocol.coordinator import (
     TransactionListing,
 )
 from eos_protocol.errors import TopicAlreadyExistsError
+from eos_protocol.hanging import (
+    AbortHangingRequest,
+    AbortHangingResponse,
+    HangingTransactionsResponse,
+)
 from eos_protocol.node import PartitionOffsets, ProducerDescription
 from eos_protocol.paths import segment
 from eos_protocol.states import TransactionState
@@ -106,23 +112,70 @@ class AdminClient:
         name: str,
         partitions: int = 1,
         *,
+        replication_factor: int | None = None,
+        min_insync_replicas: int | None = None,
+        unclean_leader_election: bool = False,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
         exist_ok: bool = False,
         timeout: TimeoutArg = USE_DEFAULT,
     ) -> TopicInfo:
-        """Create a topic; with ``exist_ok`` an existing one is described instead."""
+        """Create a topic; with ``exist_ok`` an existing one is described instead.
+
+        ``replication_factor`` (default: the coordinator's) copies of each partition on
+        distinct nodes; ``min_insync_replicas`` (default min(2, replication_factor)) of
+        them must be in sync for an acks=all produce. ``retention_ms``/``retention_bytes``
+        (default: the coordinator's; -1 unlimited) bound how long and how much each
+        partition keeps. Options left at their defaults are not sent, so a coordinator
+        from before replication still takes the request.
+        """
+        request: dict[str, Any] = {"name": name, "partitions": partitions}
+        if replication_factor is not None:
+            request["replication_factor"] = replication_factor
+        if min_insync_replicas is not None:
+            request["min_insync_replicas"] = min_insync_replicas
+        if unclean_leader_election:
+            request["unclean_leader_election"] = True
+        if retention_ms is not None:
+            request["retention_ms"] = retention_ms
+        if retention_bytes is not None:
+            request["retention_bytes"] = retention_bytes
         try:
             body = self._http.call(
                 Req.CREATE_TOPIC,
                 "POST",
                 "/v1/topics",
                 base=self._bootstrap,
-                json={"name": name, "partitions": partitions},
+                json=request,
                 timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
             )
         except TopicAlreadyExistsError:
             if not exist_ok:
                 raise
             return self.describe_topic(name, timeout=timeout)
+        return read_answer(TopicInfo, body)
+
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        timeout: TimeoutArg = USE_DEFAULT,
+    ) -> TopicInfo:
+        """Change a topic's retention (-1: unlimited); what is not given is kept. Needs
+        alter on the topic; the storage nodes apply it within a heartbeat."""
+        request = AlterTopicConfigRequest(
+            retention_ms=retention_ms, retention_bytes=retention_bytes
+        ).model_dump(exclude_none=True)
+        body = self._http.call(
+            Req.ALTER_TOPIC,
+            "PATCH",
+            topic_path(name),
+            base=self._bootstrap,
+            json=request,
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+        )
         return read_answer(TopicInfo, body)
 
     def create_topics(
@@ -230,6 +283,43 @@ class AdminClient:
             invalidate=self._metadata.invalidate_txn_coordinator,
         )
         return TransactionState(body["state"])
+
+    def list_hanging_transactions(
+        self, *, timeout: TimeoutArg = USE_DEFAULT
+    ) -> HangingTransactionsResponse:
+        """Transactions open on a partition that the coordinators cannot end (KIP-664's
+        find-hanging), from a fresh look at every storage node; needs describe on the
+        cluster."""
+        body = self._get(Req.LIST_TRANSACTIONS, "/v1/admin/hanging-transactions", timeout)
+        return read_answer(HangingTransactionsResponse, body)
+
+    def abort_hanging_transaction(
+        self,
+        partition: TopicPartition | tuple[str, int],
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        timeout: TimeoutArg = USE_DEFAULT,
+    ) -> AbortHangingResponse:
+        """Abort one hanging transaction on one partition: an abort marker with the bumped
+        epoch on its leader (KIP-664). Refused (``InvalidTxnStateError``) for committed
+        data and for transactions the coordinator holds; ``NotFoundError`` when none is
+        open (a retry after a lost answer finds it aborted already). Needs alter on the
+        cluster."""
+        tp = as_topic_partition(partition)
+        request = AbortHangingRequest(
+            topic=tp.topic, partition=tp.partition, producer_id=producer_id,
+            producer_epoch=producer_epoch,
+        )  # fmt: skip
+        body = self._http.call(
+            Req.FORCE_ABORT,
+            "POST",
+            "/v1/admin/hanging-transactions/abort",
+            base=self._bootstrap,
+            json=request.model_dump(mode="json"),
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+        )
+        return read_answer(AbortHangingResponse, body)
 
     # --- access control lists --------------------------------------------------------------
 

@@ -4,7 +4,9 @@
 Partitions are assigned by the application (``assign``), as with Kafka's manual
 assignment; the group id only names where committed offsets live. With the default
 ``read_committed`` a record of an aborted or still open transaction is never returned.
-The logic is ``ConsumerCore``'s; this module only does the I/O.
+The logic is ``ConsumerCore``'s; this module only does the I/O. Each fetch asks for
+more records than a poll returns, and while the application works on a poll's records
+the next chunk of each partition with more to read is fetched ahead (``_prefetch``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import httpx
 
 from eos_protocol.errors import OffsetOutOfRangeError
 from sdk._config import USE_DEFAULT, ConsumerConfig, RetryConfig, TimeoutArg, resolve_timeout
-from sdk._consumer_base import ConsumerCore
+from sdk._consumer_base import ConsumerCore, decode_records
 from sdk._metadata import (
     Bootstrap,
     find_coordinator_params,
@@ -26,6 +28,7 @@ from sdk._metadata import (
     records_path,
     topic_path,
 )
+from sdk._prefetch import Prefetcher
 from sdk._producer_base import normalise_offsets
 from sdk._transport import Req, SyncTransport
 from sdk._types import (
@@ -37,6 +40,9 @@ from sdk._types import (
 )
 
 _DEFAULT_TIMEOUT_MS = 30_000
+
+#: A fetch's answer and its records, decoded where it was made.
+_Fetched = tuple[dict[str, Any], list[ConsumerRecord]]
 
 
 class Consumer:
@@ -83,6 +89,7 @@ class Consumer:
             token=config.token, ca_file=config.ca_file,
         )
         self._http.on_unreachable = self._core.metadata.unreachable
+        self._ahead: Prefetcher[_Fetched] = Prefetcher()
 
     def __enter__(self) -> Consumer:
         return self
@@ -96,6 +103,7 @@ class Consumer:
         """Read exactly these partitions from now on (positions of kept ones stay)."""
         self._core.check_open()
         self._core.assign([as_topic_partition(tp) for tp in partitions])
+        self._ahead.forget(self._core.assignment())
 
     def assignment(self) -> set[TopicPartition]:
         return self._core.assignment()
@@ -103,6 +111,7 @@ class Consumer:
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         """Read ``partition`` from ``offset`` at the next poll."""
         self._core.seek(partition, offset)
+        self._ahead.drop(as_topic_partition(partition))
 
     def position(
         self, partition: TopicPartition | tuple[str, int], timeout: TimeoutArg = USE_DEFAULT
@@ -158,27 +167,58 @@ class Consumer:
                 room = self._core.config.max_poll_records - len(records)
                 if room <= 0:
                     break
-                records.extend(self._fetch(tp, room, wait_ms))
+                if not self._core.has_buffered(tp):
+                    self._fill(tp, wait_ms)
+                records.extend(self._core.take(tp, room))
+                self._fetch_ahead(tp)
             first = False
             if records or time.monotonic() >= deadline or not order:
                 return records
 
-    def _fetch(self, tp: TopicPartition, room: int, wait_ms: int) -> list[ConsumerRecord]:
-        params = self._core.fetch_params(tp, room, wait_ms)
+    def _fill(self, tp: TopicPartition, wait_ms: int) -> None:
+        """Fill ``tp``'s buffer: with the fetch made ahead from its offset if there is
+        one (and it succeeded), else with a fetch now."""
+        offset = self._core.fetch_offset(tp)
+        assert offset is not None
+        ahead = self._ahead.take(tp, offset)
+        if ahead is not None:
+            fetched = self._ahead.wait(ahead)
+            if fetched is not None and self._core.on_fetch(tp, offset, *fetched):
+                return
+        params = self._core.fetch_params(tp, self._core.fetch_records(), wait_ms)
         try:
-            body = self._http.call(
-                Req.FETCH,
-                "GET",
-                records_path(tp),
-                base=lambda: self._leader(tp),
-                params=params,
-                timeout_s=_DEFAULT_TIMEOUT_MS / 1000,
-                invalidate=lambda _exc: self._core.metadata.invalidate_topic(tp.topic),
-            )
+            body, records = self._fetch(tp, params)
         except OffsetOutOfRangeError:
             self._reset(tp, _DEFAULT_TIMEOUT_MS / 1000)
-            return []
-        return self._core.on_fetch(tp, int(params["offset"]), body)
+            return
+        self._core.on_fetch(tp, int(params["offset"]), body, records)
+
+    def _fetch_ahead(self, tp: TopicPartition) -> None:
+        """Start fetching ``tp``'s next chunks if the node had more at its last answer."""
+        while True:
+            offset = self._core.ahead_offset(
+                tp, self._ahead.count(tp), self._ahead.last_offset(tp)
+            )
+            if offset is None:
+                return
+            self._start_ahead(tp, offset)
+
+    def _start_ahead(self, tp: TopicPartition, offset: int) -> None:
+        params = self._core.fetch_params(tp, self._core.fetch_records(), 0, offset)
+        self._ahead.start(tp, offset, lambda: self._fetch(tp, params))
+
+    def _fetch(self, tp: TopicPartition, params: dict[str, Any]) -> _Fetched:
+        """One fetch and its records (decoded here, so a fetch ahead decodes ahead too)."""
+        body = self._http.call(
+            Req.FETCH,
+            "GET",
+            records_path(tp),
+            base=lambda: self._leader(tp),
+            params=params,
+            timeout_s=_DEFAULT_TIMEOUT_MS / 1000,
+            invalidate=lambda _exc: self._core.metadata.invalidate_topic(tp.topic),
+        )
+        return body, decode_records(tp, body)
 
     # --- group offsets -------------------------------------------------------------------
 
@@ -280,4 +320,5 @@ class Consumer:
     def close(self) -> None:
         if not self._core.closed:
             self._core.closed = True
+            self._ahead.close()
             self._http.close()

@@ -13,6 +13,14 @@ cache and request paths, so the retry rules stay the SDK's:
   commit and abort of one transactional id.
 * ``SequencedPartitionWriter`` (executor): ``describe`` the producer's last sequence on a
   partition and ``produce`` one batch with a given producer id, epoch and base sequence.
+* ``init_producer_id`` (executor): an idempotent producer id, for the at-least-once job.
+* ``PartitionFetcher`` (executor): one read_committed fetch of a partition, answered as
+  the node's JSON (the reader turns it into records a whole fetch at a time).
+
+The pipeline's tasks (``spark_jobs.batch_writer``) use the same two halves from one
+process: a ``TransactionSession`` per source partition, and batches of thousands of records
+numbered by the task, instead of the SDK producer's per-record ``send``, whose bookkeeping
+(a future and a lock per record) costs more than the copying itself.
 """
 
 from __future__ import annotations
@@ -226,19 +234,28 @@ class SequencedPartitionWriter(_Client):
         return NO_SEQUENCE
 
     def produce(
-        self, tp: TopicPartition, base_sequence: int, records: Sequence[dict[str, Any]]
+        self,
+        tp: TopicPartition,
+        base_sequence: int,
+        records: Sequence[dict[str, Any]],
+        *,
+        transactional: bool = True,
+        encoding: str = "utf8",
     ) -> ProduceResponse:
-        """One transactional batch at ``base_sequence`` (records shaped as the wire's
-        ``RecordIn``); a duplicate is a success. Produce requests are not retried by the
-        transport (the SDK's sender reschedules them), so the retry loop is here, on the
-        same verdicts: a resend keeps its sequence, so it can only ever be a duplicate."""
-        body = {
+        """One batch at ``base_sequence`` (records shaped as the wire's ``RecordIn``;
+        transactional unless told otherwise); a duplicate is a success. Produce requests
+        are not retried by the transport (the SDK's sender reschedules them), so the retry
+        loop is here, on the same verdicts: a resend keeps its sequence, so it can only
+        ever be a duplicate."""
+        body: dict[str, Any] = {
             "producer_id": self.identity.producer_id,
             "producer_epoch": self.identity.producer_epoch,
             "base_sequence": base_sequence,
-            "transactional": True,
+            "transactional": transactional,
             "records": records,
         }
+        if encoding != "utf8":
+            body["encoding"] = encoding
         deadline = time.monotonic() + CALL_TIMEOUT_S
         attempt = 0
         while True:
@@ -261,3 +278,45 @@ class SequencedPartitionWriter(_Client):
             count = self.metadata.partition_count(topic)
             assert count is not None
         return count
+
+
+class PartitionFetcher(_Client):
+    """Fetches of one reader, with the SDK's retry rule for fetches (a stale leader is
+    looked up again). The answer is the node's JSON body, left for the caller to decode:
+    the SDK's consumer builds each record through per-record calls, which a task reading
+    millions of records can spare."""
+
+    def fetch(
+        self, tp: TopicPartition, offset: int, *, max_records: int, max_bytes: int
+    ) -> dict[str, Any]:
+        """``GET .../records`` read_committed from ``offset`` (no long poll: the reader
+        asks only below the last stable offset it planned)."""
+        params = {
+            "offset": offset,
+            "max_records": max_records,
+            "max_bytes": max_bytes,
+            "isolation_level": "read_committed",
+            "max_wait_ms": 0,
+        }
+        body: dict[str, Any] = self.http.call(
+            Req.FETCH, "GET", records_path(tp), base=lambda: self.leader(tp), params=params,
+            timeout_s=CALL_TIMEOUT_S,
+            invalidate=lambda _exc: self.metadata.invalidate_topic(tp.topic),
+        )
+        return body
+
+
+def init_producer_id(bootstrap_url: str, retry: RetryConfig | None = None) -> ProducerIdentity:
+    """A new idempotent producer id (``POST /v1/producers``): the at-least-once job's
+    tasks number their batches under it, so a resent batch is a duplicate, but a retried
+    task, with a new id, writes its output again (what at-least-once means)."""
+    client = _Client(bootstrap_url, retry)
+    try:
+        body = client.http.call(
+            Req.INIT_PRODUCER_ID, "POST", "/v1/producers", base=client.bootstrap, json={},
+            timeout_s=CALL_TIMEOUT_S,
+        )
+    finally:
+        client.close()
+    answer = read_answer(ProducerIdResponse, body)
+    return ProducerIdentity(answer.producer_id, answer.producer_epoch)

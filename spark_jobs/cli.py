@@ -53,6 +53,9 @@ def run(
         int, typer.Option(help="Most records per source partition in one batch.")
     ] = 100_000,
     transaction_timeout_ms: Annotated[int, typer.Option()] = 120_000,
+    write_batch_records: Annotated[
+        int, typer.Option(min=1, help="Most records per produce request of a task.")
+    ] = 10_000,
     conf: Annotated[
         list[str] | None, typer.Option("--conf", help="key=value Spark settings.")
     ] = None,
@@ -74,6 +77,7 @@ def run(
         max_batch_records=max_batch_records,
         follow=follow,
         transaction_timeout_ms=transaction_timeout_ms,
+        write_batch_records=write_batch_records,
     )
     made = build_transform(transform, parse_options(option or []))
     if master is None and "spark.master" not in parse_options(conf or []):

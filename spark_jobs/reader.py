@@ -13,13 +13,19 @@ replacement characters, so binary payloads should be base64 text at the source.
 
 from __future__ import annotations
 
+import contextlib
+import operator
+import queue
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sdk import AdminClient, Consumer, ConsumerRecord, TopicPartition
+from sdk._consumer_base import decode_payload
 from sdk._types import Payload
+from spark_jobs._wire import PartitionFetcher
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -27,6 +33,15 @@ if TYPE_CHECKING:
 
 #: A read that makes no progress for this long fails (the partition's node is gone).
 STALL_TIMEOUT_S = 60.0
+
+#: Fetches a ``RangeReader`` keeps ready ahead of its caller.
+READ_AHEAD = 2
+
+#: A text record's fields after topic and partition, in ``ConsumerRecord`` order.
+_fields = operator.itemgetter("offset", "key", "value", "headers", "timestamp_ms")
+#: Every record of a fetch answer names its encoding (``RecordOut.encoding``).
+_encoding = operator.itemgetter("encoding")
+_TEXT = frozenset({"utf8"})
 
 
 @dataclass(frozen=True)
@@ -87,7 +102,8 @@ def plan_ranges(
 def iter_range(
     consumer: Consumer, tp: TopicPartition, start: int, end: int
 ) -> Iterator[ConsumerRecord]:
-    """The read_committed records of ``tp`` at offsets ``[start, end)``, in order.
+    """The records of ``tp`` at offsets ``[start, end)``, in order, through an SDK
+    consumer (of any isolation level; the tasks use ``RangeReader`` instead).
 
     The consumer must be assigned ``tp``. Its position moves to the node's ``next_offset``
     after every fetch, past markers and aborted batches, so the loop ends once the position
@@ -106,6 +122,130 @@ def iter_range(
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
             raise TimeoutError(f"{tp.topic}-{tp.partition}: no progress at {before} (end {end})")
+
+
+def decode_records(
+    topic: str, partition: int, body: dict[str, Any], end: int
+) -> list[ConsumerRecord]:
+    """The records of a fetch answer below ``end``, built in one pass. Text records (the
+    usual case) need no per-record decoding, and are built without the named tuple's
+    Python-level constructor: this runs for every record a task reads."""
+    raw = body["records"]
+    if raw and raw[-1]["offset"] >= end:
+        raw = [r for r in raw if r["offset"] < end]
+    if set(map(_encoding, raw)) <= _TEXT:
+        new = tuple.__new__
+        return [
+            new(ConsumerRecord, (topic, partition, *_fields(r)))
+            for r in raw
+        ]
+    return [
+        ConsumerRecord(
+            topic, partition, r["offset"],
+            decode_payload(r.get("key"), r.get("encoding", "utf8")),
+            decode_payload(r.get("value"), r.get("encoding", "utf8")),
+            r.get("headers") or {}, r["timestamp_ms"],
+        )
+        for r in raw
+    ]
+
+
+_Item = list[ConsumerRecord] | BaseException | None
+
+
+class RangeReader:
+    """Reads ``[start, end)`` of one partition read_committed, a fetch at a time, with a
+    thread fetching ahead: the node prepares the next answer while the task transforms
+    the last one. Iterate once; ``close`` always (it stops the thread).
+
+    The read moves to each answer's ``next_offset`` (past markers and aborted batches),
+    so it ends at ``end`` even when the last offsets of the range hold no record; records
+    come in offset order, the same ones on every attempt (``end`` is below the LSO).
+    """
+
+    def __init__(
+        self,
+        bootstrap_url: str,
+        tp: TopicPartition,
+        start: int,
+        end: int,
+        *,
+        max_records: int = 10_000,
+        max_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
+        self.tp, self.start, self.end = tp, start, end
+        self.max_records, self.max_bytes = max_records, max_bytes
+        self._fetcher = PartitionFetcher(bootstrap_url, None)
+        self._ready: queue.Queue[_Item] = queue.Queue(maxsize=READ_AHEAD)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fetch_loop, name="eos-range-reader")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def __iter__(self) -> Iterator[list[ConsumerRecord]]:
+        while True:
+            item = self._ready.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                self._ready.get(timeout=0.05)
+        self._fetcher.close()
+
+    def _fetch_loop(self) -> None:
+        item: _Item = None
+        try:
+            self._read()
+        except BaseException as exc:
+            item = exc
+        self._put(item)
+
+    def _read(self) -> None:
+        tp, offset, end = self.tp, self.start, self.end
+        last_progress = time.monotonic()
+        while offset < end and not self._stop.is_set():
+            body = self._fetcher.fetch(
+                tp, offset, max_records=min(self.max_records, end - offset),
+                max_bytes=self.max_bytes,
+            )
+            records = decode_records(tp.topic, tp.partition, body, end)
+            following = max(offset, int(body["next_offset"]))
+            if records and not self._put(records):
+                return
+            if following > offset:
+                offset, last_progress = following, time.monotonic()
+            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                raise TimeoutError(
+                    f"{tp.topic}-{tp.partition}: no progress at {offset} (end {end})"
+                )
+            else:
+                time.sleep(0.05)
+
+    def _put(self, item: _Item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+
+def read_range(
+    bootstrap_url: str, tp: TopicPartition, start: int, end: int, **limits: int
+) -> Iterator[list[ConsumerRecord]]:
+    """``RangeReader`` as a generator that closes it."""
+    reader = RangeReader(bootstrap_url, tp, start, end, **limits)
+    try:
+        yield from reader
+    finally:
+        reader.close()
 
 
 def text(payload: Payload | None) -> str | None:
@@ -138,14 +278,13 @@ def record_schema() -> StructType:
     )
 
 
-def _read_task(
-    bootstrap_url: str, max_poll_records: int
-) -> Any:
+def _read_task(bootstrap_url: str, max_poll_records: int) -> Any:
     def read(ranges: Iterable[OffsetRange]) -> Iterator[tuple[Any, ...]]:
-        with Consumer(bootstrap_url, max_poll_records=max_poll_records) as consumer:
-            for r in ranges:
-                consumer.assign([r.tp])
-                for rec in iter_range(consumer, r.tp, r.start, r.end):
+        for r in ranges:
+            for batch in read_range(
+                bootstrap_url, r.tp, r.start, r.end, max_records=max_poll_records
+            ):
+                for rec in batch:
                     yield (
                         rec.topic, rec.partition, rec.offset, text(rec.key), text(rec.value),
                         rec.timestamp_ms, rec.headers or None,
@@ -159,14 +298,16 @@ def read_ranges(
     bootstrap_url: str,
     ranges: Sequence[OffsetRange],
     *,
-    max_poll_records: int = 2000,
+    max_poll_records: int = 10_000,
 ) -> DataFrame:
     """A DataFrame of the records of ``ranges`` (read_committed), one Spark partition per
     range; columns ``topic, partition, offset, key, value, timestamp_ms, headers``."""
     wanted = list(ranges)
     rdd = spark.sparkContext.parallelize(wanted, max(1, len(wanted)))
     rows = rdd.mapPartitions(_read_task(bootstrap_url, max_poll_records))
-    return spark.createDataFrame(rows, record_schema())
+    # The read task builds every row itself with the schema's types (str, int, a dict of
+    # str or None), so Spark's per-field check of each row, in Python, would find nothing.
+    return spark.createDataFrame(rows, record_schema(), verifySchema=False)
 
 
 def read_topic(

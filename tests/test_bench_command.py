@@ -9,8 +9,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from eos_bench.suite import ratios
+from eos_bench.suite import PARTS, ratios
 from eos_bench.suite_report import docs_page, emit, table
+from eos_cli.bench_command import PARTS as CLI_PARTS
 from eos_cli.main import app
 
 pytestmark = pytest.mark.unit
@@ -19,6 +20,14 @@ pytestmark = pytest.mark.unit
 def _load(rate: int) -> dict[str, object]:
     return {"records_per_s": rate, "mb_per_s": 1.0, "requests": 10, "p50_ms": 1.0,
             "p90_ms": 2.0, "p99_ms": 3.0, "server_cpu": 0.5, "client_cpu": 0.1}
+
+
+def _scale_run(instances: int, pg_commits_per_s: float) -> dict[str, object]:
+    return {"instances": instances, "producers": 8, "flow": "v2", "committed": 100,
+            "txn_per_s": 400.0 * instances, "cpu_ms_per_txn": 1.5,
+            "cpu_ms_per_txn_by_process": {"coordinator-0": 0.7, "node": 0.5, "postgres": 0.3},
+            "pg_commits_per_txn": 0.4, "pg_commits_per_s": pg_commits_per_s,
+            "load_generator_cpu_ms_per_txn": 0.2, "machine_busy": 0.9, "retries": 0}
 
 
 def fake_result() -> dict[str, object]:
@@ -48,6 +57,10 @@ def fake_result() -> dict[str, object]:
             "end_to_end": [{"records_per_txn": 1, "samples": 5, "p50_ms": 1.0, "p99_ms": 2.0}],
             "pg_limit": [{"clients": 8, "clients_used": 8, "tps": 2000.0, "tool": "pgbench"}],
         },
+        "scale": {
+            "runs": [_scale_run(1, 150.0), _scale_run(2, 270.0)],
+            "speedup": {"2/1@8:v2": 1.8},
+        },
         "failover": {"lease_ms": 2000, "seconds": 2.5, "attempts": 3},
         "sdk": {"error": "RuntimeError: broken on purpose"},
         "timings_s": {"node": 1.0},
@@ -76,6 +89,20 @@ def test_ratios_of_fake_result() -> None:
     assert r["produce/append_fsync"] == 0.05
     assert r["txn/pg@8"] == 0.25
     assert r["failover/lease"] == 1.25
+    assert r["pg_commits/pg@2x8:v2"] == 0.135
+
+
+def test_scale_rows_and_speedups() -> None:
+    from eos_bench.suite_scale import speedups
+
+    text = table(fake_result())
+    assert "2 coordinator(s), 8 producers, flow v2 (txn/s)" in text and "800" in text
+    assert "1.50 / 0.70 / 0.50 / 0.30" in text
+    assert "speed-up 2/1@8:v2" in text
+    runs = [{"instances": 1, "producers": 32, "flow": "v2", "txn_per_s": 500.0},
+            {"instances": 2, "producers": 32, "flow": "v2", "txn_per_s": 850.0},
+            {"instances": 2, "producers": 32, "flow": "v1", "txn_per_s": 900.0}]
+    assert speedups(runs) == {"2/1@32:v2": 1.7}
 
 
 def test_table_and_json_writer() -> None:
@@ -113,3 +140,10 @@ def test_sdk_rows_and_ratios() -> None:
     got = ratios({"sdk": sdk})
     assert got["sdk_idempotent/raw_httpx"] == 0.8 and got["sdk_txn@10ms/raw_httpx"] == 0.6
     assert "sdk transactional, commit every 10 ms" in table({"sdk": sdk})
+
+
+def test_the_command_offers_every_part_of_the_suite() -> None:
+    assert CLI_PARTS == PARTS
+    result = CliRunner().invoke(app, ["bench", "--only", "nonsense"])
+    assert result.exit_code != 0
+    assert "unknown parts: nonsense" in result.output

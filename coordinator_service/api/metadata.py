@@ -13,6 +13,7 @@ from coordinator_service.api.deps import ServicesDep
 from eos_protocol.acl import Operation, ResourceType
 from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, Empty
 from eos_protocol.coordinator import (
+    AlterTopicConfigRequest,
     CreateTopicRequest,
     FindCoordinatorResponse,
     KeyType,
@@ -63,7 +64,8 @@ async def get_metadata(
     "/topics",
     operation_id="createTopic",
     summary="Create a topic",
-    description="Places the partitions on the storage nodes and answers with their leaders.",
+    description="Places the partitions on the storage nodes (replication_factor replicas "
+    "each, on distinct nodes) and answers with their leaders.",
     status_code=status.HTTP_201_CREATED,
     response_model=TopicInfo,
     responses=error_responses(
@@ -74,7 +76,12 @@ async def create_topic(
     body: CreateTopicRequest, services: ServicesDep, caller: Caller
 ) -> TopicInfo:
     await may_create_topic(services, caller, body.name)
-    return await services.metadata.create_topic(body.name, body.partitions)
+    return await services.metadata.create_topic(
+        body.name, body.partitions, replication_factor=body.replication_factor,
+        min_insync_replicas=body.min_insync_replicas,
+        unclean_leader_election=body.unclean_leader_election,
+        retention_ms=body.retention_ms, retention_bytes=body.retention_bytes,
+    )
 
 
 @router.get(
@@ -89,6 +96,27 @@ async def create_topic(
 async def get_topic(topic: str, services: ServicesDep, caller: Caller) -> TopicInfo:
     await services.access.require(caller, ResourceType.TOPIC, topic, Operation.DESCRIBE)
     return await services.metadata.topic(topic)
+
+
+@router.patch(
+    "/topics/{topic}",
+    operation_id="alterTopicConfig",
+    summary="Change a topic's retention",
+    description="Needs alter on the topic. The fields left out keep their values; the "
+    "storage nodes apply the new retention within a heartbeat.",
+    response_model=TopicInfo,
+    responses=error_responses(
+        "INVALID_REQUEST", "UNKNOWN_TOPIC_OR_PARTITION", "UNAUTHENTICATED",
+        "TOPIC_AUTHORIZATION_FAILED",
+    ),
+)
+async def alter_topic_config(
+    topic: str, body: AlterTopicConfigRequest, services: ServicesDep, caller: Caller
+) -> TopicInfo:
+    await services.access.require(caller, ResourceType.TOPIC, topic, Operation.ALTER)
+    return await services.metadata.alter_retention(
+        topic, body.retention_ms, body.retention_bytes
+    )
 
 
 @router.get(
@@ -116,6 +144,10 @@ async def find_coordinator(
         node = await md.leader(CONSUMER_OFFSETS_TOPIC, partition)
         if node is None:
             raise CoordinatorNotAvailableError("the group offsets topic has no placement yet")
+        if node < 0:
+            raise CoordinatorNotAvailableError(
+                f"{CONSUMER_OFFSETS_TOPIC}/{partition} has no live leader now; retry"
+            )
         info = md.node_info(node)
         return FindCoordinatorResponse(
             key=key, key_type=key_type, node_id=info.node_id, url=info.url

@@ -23,6 +23,7 @@ from coordinator_service.services import Services
 from eos_protocol.acl import Operation, ResourceType
 from eos_protocol.common import Empty
 from eos_protocol.coordinator import (
+    TRANSACTION_VERSION_1,
     AddOffsetsRequest,
     AddPartitionsRequest,
     AddPartitionsResponse,
@@ -52,7 +53,9 @@ _AUTH = ("UNAUTHENTICATED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
         "producer with the same id. An Ongoing transaction of the old producer is aborted; "
         "one still in Prepare* answers CONCURRENT_TRANSACTIONS until it completes. Sending "
         "the current `producer_id`/`producer_epoch` after a fatal idempotence error bumps "
-        "the epoch and keeps the id (KIP-360)."
+        "the epoch and keeps the id (KIP-360). `transaction_version: 2` opts into KIP-890 "
+        "part 2: the storage nodes add partitions on the first batch (no add-partitions "
+        "calls) and every commit or abort bumps the epoch."
     ),
     response_model=ProducerIdResponse,
     responses=error_responses(
@@ -65,7 +68,13 @@ async def init_transactions(
 ) -> ProducerIdResponse:
     await may_write_transaction(services, caller, tid)
     producer_id, epoch = await services.coordinator.init(tid, body)
-    return ProducerIdResponse(producer_id=producer_id, producer_epoch=epoch)
+    return ProducerIdResponse(
+        producer_id=producer_id, producer_epoch=epoch,
+        transaction_version=(
+            body.transaction_version if body.transaction_version != TRANSACTION_VERSION_1
+            else None
+        ),
+    )
 
 
 @router.post(
@@ -120,10 +129,15 @@ async def _end(
     commit: bool,
 ) -> EndTransactionResponse:
     await may_write_transaction(services, caller, tid)
-    state = await services.coordinator.end(
+    result = await services.coordinator.end(
         tid, body.producer_id, body.producer_epoch, commit=commit, wait=body.wait_for_markers
     )
-    return EndTransactionResponse(transactional_id=tid, state=state)
+    if not result.bumped:
+        return EndTransactionResponse(transactional_id=tid, state=result.state)
+    return EndTransactionResponse(
+        transactional_id=tid, state=result.state, producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
+    )
 
 
 _END_ERRORS = error_responses(
@@ -138,7 +152,10 @@ _END_ERRORS = error_responses(
     description=(
         "Answers once the decision (PrepareCommit) is durable; the markers follow "
         "asynchronously and are retried until every partition has them. With "
-        "`wait_for_markers: true` the answer waits for CompleteCommit."
+        "`wait_for_markers: true` the answer waits for CompleteCommit. Under transaction "
+        "version 2 the epoch is bumped with the decision: the answer's "
+        "`producer_id`/`producer_epoch` are the next transaction's, and the same request "
+        "repeated (its answer lost) gets the same answer."
     ),
     response_model=EndTransactionResponse,
     responses=_END_ERRORS,
@@ -156,7 +173,7 @@ async def commit_transaction(
     description=(
         "Answers once PrepareAbort is durable; read_committed readers never see the "
         "transaction's records. With `wait_for_markers: true` the answer waits for "
-        "CompleteAbort."
+        "CompleteAbort. Bumps the epoch under transaction version 2, as commit does."
     ),
     response_model=EndTransactionResponse,
     responses=_END_ERRORS,

@@ -36,6 +36,10 @@ coordinator_instances = sa.Table(
     sa.Column("heartbeat_ms", sa.BigInteger, nullable=False, server_default="0"),
 )
 
+#: The ``leases`` row of the controller (the instance that runs elections); the
+#: transaction-log partitions are the rows from 0.
+CONTROLLER_LEASE = -1
+
 leases = sa.Table(
     "leases",
     metadata,
@@ -63,8 +67,17 @@ topics = sa.Table(
     sa.Column("partitions", sa.Integer, nullable=False),
     sa.Column("internal", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("replication_factor", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("min_insync_replicas", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("unclean_leader_election", sa.Boolean, nullable=False, server_default=sa.false()),
+    # -1: unlimited (migration 0006); a topic created without them gets the defaults
+    sa.Column("retention_ms", sa.BigInteger, nullable=False, server_default="-1"),
+    sa.Column("retention_bytes", sa.BigInteger, nullable=False, server_default="-1"),
 )
 
+# The partition state the controller keeps (docs/design.md §7). ``node_id`` is the leader,
+# -1 when none is alive; ``replicas``, ``isr`` and ``created_replicas`` are JSON lists of
+# node ids. Leader and ISR change only by a compare-and-set on ``partition_epoch``.
 topic_partitions = sa.Table(
     "topic_partitions",
     metadata,
@@ -74,6 +87,25 @@ topic_partitions = sa.Table(
     sa.Column("created_on_node", sa.Boolean, nullable=False, server_default=sa.false()),
     # set when the node refused the partition (not when it was unreachable)
     sa.Column("creation_error", sa.Text, nullable=True),
+    # "[]" (a row an older version wrote) reads as [node_id]
+    sa.Column("replicas", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("isr", sa.Text, nullable=False, server_default="[]"),
+    sa.Column("leader_epoch", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("partition_epoch", sa.Integer, nullable=False, server_default="0"),
+    # the replicas that have created the partition; created_on_node once all have
+    sa.Column("created_replicas", sa.Text, nullable=False, server_default="[]"),
+)
+
+# When each storage node was last heard from: a node is alive while its heartbeat is
+# younger than node_session_timeout_ms (the controller's clock).
+node_heartbeats = sa.Table(
+    "node_heartbeats",
+    metadata,
+    sa.Column("node_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("heartbeat_ms", sa.BigInteger, nullable=False),
+    # Made anew at every start of the node: a change means the node restarted.
+    sa.Column("incarnation", sa.String(64), nullable=True),
 )
 
 transactions = sa.Table(
@@ -93,6 +125,12 @@ transactions = sa.Table(
     sa.Column("partitions", sa.Text, nullable=False),
     sa.Column("groups", sa.Text, nullable=False),
     sa.Column("coordinator_epoch", sa.Integer, nullable=False),
+    # 1: the client adds partitions; 2: the nodes do, and every end bumps the epoch
+    sa.Column("transaction_version", sa.Integer, nullable=False, server_default="1"),
+    # a version-2 end that exhausted the epoch: the id the client continues with (-1: none)
+    sa.Column(
+        "next_producer_id", sa.BigInteger, nullable=False, server_default="-1", index=True
+    ),
 )
 
 # One row per ACL binding (eos_protocol/acl.py); the unique constraint makes creating the

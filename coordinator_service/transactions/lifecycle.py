@@ -12,6 +12,11 @@ Commit and abort write Prepare*, hand the markers to the channel and answer (or,
 producer by writing PrepareAbort at epoch + 1, waits a little for that abort to complete and
 then bumps the epoch for the new producer; if the abort takes longer it answers
 CONCURRENT_TRANSACTIONS and the client retries.
+
+Transaction version 2 (KIP-890 part 2, chosen by the producer's ``init``): a storage node
+adds a partition on the transaction's first batch there (``add_for_producer``, the same
+add as the client's), and every commit or abort bumps the epoch in its Prepare* write
+(``st.prepare_end``), handing out a new producer id when the epoch runs out.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.producer_ids import ProducerIdManager
 from coordinator_service.transactions import state as st
 from coordinator_service.transactions.batcher import WriteBatcher
-from coordinator_service.transactions.state import TopicPartitionKey, TxnRecord
+from coordinator_service.transactions.state import EndResult, TopicPartitionKey, TxnRecord
 from coordinator_service.transactions.store import LeaseToken, TransactionStore
 from coordinator_service.transactions.table import Outcome, TxnEvent, decide
 from eos_protocol.common import CONSUMER_OFFSETS_TOPIC
@@ -47,6 +52,8 @@ from eos_protocol.errors import (
     InvalidTxnStateError,
     NotCoordinatorError,
     TransactionalIdNotFoundError,
+    UnknownProducerIdError,
+    UnknownTopicOrPartitionError,
 )
 from eos_protocol.node import MarkerResult
 from eos_protocol.partitioning import group_offsets_partition
@@ -54,6 +61,9 @@ from eos_protocol.states import TransactionState
 from eos_server.logs import txn_fields
 
 log = logging.getLogger("eos.coordinator.transactions")
+
+#: The most a partition being handed over waits for its requests and markers in flight.
+HANDOFF_DRAIN_S = 2.0
 
 # (transactional id, from state or None for a new id, to state, producer epoch)
 TransitionListener = Callable[[str, TransactionState | None, TransactionState, int], None]
@@ -135,17 +145,22 @@ class TransactionCoordinator:
             listener(tid, old, new, epoch)
 
     def _cache_put(self, records: dict[str, TxnRecord], new: TxnRecord) -> None:
-        """Cache a durable record and keep the producer-id index in step with it."""
+        """Cache a durable record and keep the producer-id index in step with it (the
+        new id of a pending version-2 rollover is indexed too: nodes add for it)."""
         old = records.get(new.transactional_id)
-        if old is not None and old.producer_id != new.producer_id:
-            self._by_producer.pop(old.producer_id, None)
+        if old is not None:
+            for pid in st.producer_ids_of(old) - st.producer_ids_of(new):
+                if self._by_producer.get(pid) == new.transactional_id:
+                    del self._by_producer[pid]
         records[new.transactional_id] = new
-        self._by_producer[new.producer_id] = new.transactional_id
+        for pid in st.producer_ids_of(new):
+            self._by_producer[pid] = new.transactional_id
 
     def _cache_drop(self, records: dict[str, TxnRecord]) -> None:
         for rec in records.values():
-            if self._by_producer.get(rec.producer_id) == rec.transactional_id:
-                del self._by_producer[rec.producer_id]
+            for pid in st.producer_ids_of(rec):
+                if self._by_producer.get(pid) == rec.transactional_id:
+                    del self._by_producer[pid]
 
     async def _write(self, old: TxnRecord | None, new: TxnRecord, token: LeaseToken) -> None:
         """Make ``new`` durable under ``token``, then cache it (the only path to a change)."""
@@ -171,7 +186,7 @@ class TransactionCoordinator:
         if self.leases.live_token(partition) is None:
             return None
         rec = self.cache.get(partition, {}).get(tid)
-        if rec is None or rec.producer_id != producer_id:
+        if rec is None or producer_id not in st.producer_ids_of(rec):
             return None
         return rec
 
@@ -234,6 +249,27 @@ class TransactionCoordinator:
             if rec.state.is_prepare:
                 self._job_for(rec, token)
 
+    async def hand_off(self, log_partition: int, budget_s: float = HANDOFF_DRAIN_S) -> None:
+        """Finish what is under way on a partition being handed over, then unload it.
+
+        New requests are refused by the lease manager by now; the ones holding a
+        transactional id's lock complete first, and markers in flight get a moment to be
+        acknowledged (the next owner then sends fewer again), all within ``budget_s``:
+        the lease round waits for this. The caller releases the lease afterwards; writes
+        stay fenced in SQL, so what still runs past the budget can change nothing."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget_s
+        for tid, lock in list(self._locks.items()):
+            if self.partition_of(tid) != log_partition:
+                continue
+            try:
+                await asyncio.wait_for(lock.acquire(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                break
+            lock.release()
+        await self.markers.drain(log_partition, max(0.0, deadline - loop.time()))
+        await self.unload(log_partition)
+
     async def unload(self, log_partition: int) -> None:
         self._cache_drop(self.cache.pop(log_partition, {}))
         self.markers.abandon(log_partition)
@@ -264,6 +300,7 @@ class TransactionCoordinator:
                     new = st.new_record(
                         tid, token.log_partition, pid, req.transaction_timeout_ms,
                         self._clock.now_ms(), token.coordinator_epoch,
+                        req.transaction_version,
                     )
                     await self._write(None, new, token)
                     return new.producer_id, new.producer_epoch
@@ -276,9 +313,9 @@ class TransactionCoordinator:
                 decision = decide(rec.state, TxnEvent.INIT, last_decision_matches=False)
                 if decision.outcome is Outcome.BUMP_EPOCH:
                     new_pid = await self._pids.next_id() if st.needs_new_producer_id(rec) else None
-                    new = st.bump_for_init(rec, self._clock.now_ms(), new_pid).replace(
-                        timeout_ms=req.transaction_timeout_ms
-                    )
+                    new = st.bump_for_init(
+                        rec, self._clock.now_ms(), new_pid, req.transaction_version
+                    ).replace(timeout_ms=req.transaction_timeout_ms)
                     await self._write(rec, new, token)
                     return new.producer_id, new.producer_epoch
                 if decision.outcome is Outcome.INVALID:
@@ -374,6 +411,32 @@ class TransactionCoordinator:
             await self._write(rec, st.add_partitions(rec, partitions, groups,
                                                      self._clock.now_ms()), token)
 
+    async def add_for_producer(
+        self, producer_id: int, producer_epoch: int, tp: TopicPartitionKey
+    ) -> TxnRecord:
+        """A storage node's add of the partition a batch is about to open a transaction on
+        (transaction version 2); the record afterwards, for the node's own checks.
+
+        The producer id leads to its transactional id (from memory or the database), and
+        from there the add is the client's add-partitions: the owner alone writes
+        (NOT_COORDINATOR elsewhere, naming the owner), the epoch is checked, a new
+        transaction starts when none is open, and the add is durable before the answer.
+        A version-1 producer adds its partitions itself, and a group's offsets partition
+        is added by AddOffsetsToTxn: then the record is answered as it is, and the node
+        verifies it as it does the GET's answer.
+        """
+        rec = await self.producer_record(producer_id)
+        if rec is None:
+            raise UnknownProducerIdError(f"no transactional id has producer id {producer_id}")
+        if not rec.bumps_at_end or tp[0] == CONSUMER_OFFSETS_TOPIC:
+            return rec  # the client adds its own partitions, or (offsets) AddOffsetsToTxn did
+        if await self._metadata.leader(*tp) is None:
+            raise UnknownTopicOrPartitionError(f"{tp[0]}-{tp[1]} is not a known partition")
+        tid = rec.transactional_id
+        await self._add(tid, producer_id, producer_epoch, [tp], [])
+        _, records = await self._owned(tid)
+        return records[tid]
+
     @staticmethod
     def _existing(records: dict[str, TxnRecord], tid: str, producer_id: int) -> TxnRecord:
         rec = records.get(tid)
@@ -388,22 +451,37 @@ class TransactionCoordinator:
 
     async def end(
         self, tid: str, producer_id: int, producer_epoch: int, *, commit: bool, wait: bool
-    ) -> TransactionState:
+    ) -> EndResult:
+        """Commit or abort. Under transaction version 2 the Prepare* write also bumps the
+        epoch (``st.prepare_end``) and the answer names the id and epoch to go on with; an
+        end repeated at the epoch it bumped is a retry whose answer was lost."""
         event = TxnEvent.COMMIT if commit else TxnEvent.ABORT
         async with self._lock(tid):
             token, records = await self._owned(tid)
             rec = self._existing(records, tid, producer_id)
-            st.check_producer(rec, producer_id, producer_epoch)
+            retry = st.is_end_retry(rec, producer_id, producer_epoch)
+            if not retry:
+                st.check_producer(rec, producer_id, producer_epoch)
             decision = decide(rec.state, event, last_decision_matches=rec.decision is event)
+            if retry and decision.outcome is not Outcome.RETRY_SUCCESS:
+                st.check_producer(rec, producer_id, producer_epoch)  # the other decision
             job: MarkerJob | None = None
             if decision.outcome is Outcome.TRANSITION:
-                new = st.prepare_end(rec, commit, self._clock.now_ms())
+                new_pid = await self._pids.next_id() if st.end_exhausts_epoch(rec) else None
+                new = st.prepare_end(rec, commit, self._clock.now_ms(), new_pid)
                 await self._write(rec, new, token)
                 job = self._job_for(new, token)
-                state = new.state
+                state, ids = new.state, new.client_ids
             elif decision.outcome is Outcome.RETRY_SUCCESS:
+                if rec.bumps_at_end and not retry:
+                    # the current epoch only comes from an end that bumped it: that end
+                    # decided this transaction, there is none to end at this epoch
+                    raise InvalidTxnStateError(
+                        f"cannot {event.value} transactional id {tid!r}: no transaction "
+                        f"is open at epoch {producer_epoch}"
+                    )
                 job = self.ensure_markers(rec)
-                state = rec.state
+                state, ids = rec.state, rec.client_ids
             elif decision.outcome is Outcome.CONCURRENT:
                 raise ConcurrentTransactionsError(
                     f"transactional id {tid!r} is being fenced; retry"
@@ -412,14 +490,17 @@ class TransactionCoordinator:
                 raise InvalidTxnStateError(
                     f"cannot {event.value} transactional id {tid!r} in state {rec.state.value}"
                 )
+        bumped = rec.bumps_at_end
         if not wait or job is None:
-            return state
+            return EndResult(state, *ids, bumped)
         if not await asyncio.shield(job.done):
             raise NotCoordinatorError(
                 f"this instance lost transactional id {tid!r} before its markers completed"
             )
         final = self.cache.get(token.log_partition, {}).get(tid)
-        return final.state if final is not None else state
+        if final is not None:
+            state, ids = final.state, final.client_ids
+        return EndResult(state, *ids, bumped)
 
     async def complete_jobs(self, jobs: list[MarkerJob]) -> list[bool]:
         """Write Complete* for jobs whose markers are all acknowledged, in one transaction."""

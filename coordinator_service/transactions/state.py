@@ -20,7 +20,9 @@ from coordinator_service.transactions.table import (
     starts_new_transaction,
 )
 from eos_protocol.common import MAX_PRODUCER_EPOCH
+from eos_protocol.coordinator import TRANSACTION_VERSION_1, TRANSACTION_VERSION_2
 from eos_protocol.errors import (
+    ConcurrentTransactionsError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     ProducerFencedError,
@@ -55,6 +57,11 @@ class TxnRecord:
     partitions: tuple[TopicPartitionKey, ...]
     groups: tuple[str, ...]
     coordinator_epoch: int
+    # 2: the storage nodes add partitions and every end bumps the epoch (KIP-890 part 2)
+    transaction_version: int = TRANSACTION_VERSION_1
+    # the id a version-2 end hands out when the bump exhausted the epoch; it replaces
+    # ``producer_id`` when the transaction completes (NO_PRODUCER_ID: none)
+    next_producer_id: int = NO_PRODUCER_ID
 
     def replace(self, **changes: object) -> TxnRecord:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -62,6 +69,38 @@ class TxnRecord:
     @property
     def decision(self) -> TxnEvent | None:
         return decision_of(self.state)
+
+    @property
+    def bumps_at_end(self) -> bool:
+        """Whether commit and abort bump the epoch (transaction version 2)."""
+        return self.transaction_version >= TRANSACTION_VERSION_2
+
+    @property
+    def client_ids(self) -> tuple[int, int]:
+        """The producer id and epoch the client continues with: during a rollover the
+        new id at epoch 0, before the record itself switches to it at completion."""
+        if self.next_producer_id != NO_PRODUCER_ID:
+            return self.next_producer_id, 0
+        return self.producer_id, self.producer_epoch
+
+
+def producer_ids_of(rec: TxnRecord) -> set[int]:
+    """The producer ids that speak for ``rec``'s transactional id: its own, and the new
+    one of a pending version-2 rollover."""
+    if rec.next_producer_id == NO_PRODUCER_ID:
+        return {rec.producer_id}
+    return {rec.producer_id, rec.next_producer_id}
+
+
+@dataclass(frozen=True)
+class EndResult:
+    """A commit's or abort's answer: the state, and the producer id and epoch the client
+    goes on with (``bumped``: under transaction version 2, which the answer names)."""
+
+    state: TransactionState
+    producer_id: int
+    producer_epoch: int
+    bumped: bool = False
 
 
 def new_record(
@@ -71,6 +110,7 @@ def new_record(
     timeout_ms: int,
     now_ms: int,
     coordinator_epoch: int,
+    transaction_version: int = TRANSACTION_VERSION_1,
 ) -> TxnRecord:
     """The record ``init`` writes for an id seen for the first time."""
     return TxnRecord(
@@ -87,6 +127,7 @@ def new_record(
         partitions=(),
         groups=(),
         coordinator_epoch=coordinator_epoch,
+        transaction_version=transaction_version,
     )
 
 
@@ -95,8 +136,15 @@ def check_producer(record: TxnRecord, producer_id: int, producer_epoch: int) -> 
 
     An id from before an epoch rollover, or an older epoch, is a zombie: PRODUCER_FENCED.
     Any other id is INVALID_PRODUCER_ID_MAPPING; a newer epoch than ours is
-    INVALID_PRODUCER_EPOCH (it cannot come from a well-behaved client).
+    INVALID_PRODUCER_EPOCH (it cannot come from a well-behaved client). The new id of a
+    version-2 rollover is not the record's until the ending transaction completes:
+    CONCURRENT_TRANSACTIONS until then.
     """
+    if producer_id != record.producer_id and producer_id == record.next_producer_id:
+        raise ConcurrentTransactionsError(
+            f"producer id {producer_id} takes over transactional id "
+            f"{record.transactional_id!r} once its previous transaction completes"
+        )
     if producer_id != record.producer_id:
         if producer_id == record.last_producer_id:
             raise ProducerFencedError(
@@ -127,20 +175,38 @@ def needs_new_producer_id(record: TxnRecord) -> bool:
     return record.producer_epoch + 1 >= MAX_PRODUCER_EPOCH
 
 
-def bump_for_init(record: TxnRecord, now_ms: int, new_producer_id: int | None) -> TxnRecord:
-    """``init`` on an idle id: epoch + 1, or a new producer id at epoch 0 on rollover."""
+def bump_for_init(
+    record: TxnRecord,
+    now_ms: int,
+    new_producer_id: int | None,
+    transaction_version: int = TRANSACTION_VERSION_1,
+) -> TxnRecord:
+    """``init`` on an idle id: epoch + 1, or a new producer id at epoch 0 on rollover.
+
+    The record takes the version the new producer speaks. Under version 2 an ended
+    transaction's Complete* state becomes Empty (as Kafka does): a retried end is only
+    recognised in Prepare*/Complete* (``is_end_retry``), and the epoch the old producer
+    ended with must not be mistaken for such a retry once a new producer has taken over.
+    """
+    state = record.state
+    if transaction_version >= TRANSACTION_VERSION_2 and state.is_complete:
+        state = TransactionState.EMPTY
     if new_producer_id is not None:
         return record.replace(
             last_producer_id=record.producer_id,
             last_producer_epoch=record.producer_epoch,
             producer_id=new_producer_id,
             producer_epoch=0,
+            state=state,
+            transaction_version=transaction_version,
             last_update_ms=now_ms,
         )
     return record.replace(
         last_producer_id=record.producer_id,
         last_producer_epoch=record.producer_epoch,
         producer_epoch=record.producer_epoch + 1,
+        state=state,
+        transaction_version=transaction_version,
         last_update_ms=now_ms,
     )
 
@@ -193,18 +259,62 @@ def adds_nothing(record: TxnRecord, partitions: list[TopicPartitionKey], groups:
     )
 
 
-def prepare_end(record: TxnRecord, commit: bool, now_ms: int) -> TxnRecord:
+def end_exhausts_epoch(record: TxnRecord) -> bool:
+    """Whether a version-2 end must hand out a new producer id: the bumped epoch would
+    be the top one, which stays the fence's (``needs_new_producer_id``)."""
+    return record.bumps_at_end and needs_new_producer_id(record)
+
+
+def prepare_end(
+    record: TxnRecord, commit: bool, now_ms: int, new_producer_id: int | None = None
+) -> TxnRecord:
+    """Ongoing -> Prepare*. Version 2 bumps the epoch in the same durable write: the
+    markers carry the new epoch, so every partition of the transaction fences a late batch
+    of the old one, and an add at the old epoch is refused (KIP-890 part 2). The old
+    (id, epoch) is kept as the last one, so a retried end is recognised. When the bump
+    reaches the top epoch (``new_producer_id`` given) the markers still go out under the
+    old id and the client continues with the new id at epoch 0."""
     target = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
-    return record.replace(state=target, last_update_ms=now_ms)
+    if not record.bumps_at_end:
+        return record.replace(state=target, last_update_ms=now_ms)
+    return record.replace(
+        state=target,
+        last_producer_id=record.producer_id,
+        last_producer_epoch=record.producer_epoch,
+        producer_epoch=min(record.producer_epoch + 1, MAX_PRODUCER_EPOCH),
+        next_producer_id=NO_PRODUCER_ID if new_producer_id is None else new_producer_id,
+        last_update_ms=now_ms,
+    )
+
+
+def is_end_retry(record: TxnRecord, producer_id: int, producer_epoch: int) -> bool:
+    """A version-2 end repeated at the epoch it bumped (its answer was lost): the id and
+    epoch before the bump are the record's last ones. The state decides whether it is a
+    retry of the same decision (``decide``)."""
+    return (
+        record.bumps_at_end
+        and (record.state.is_prepare or record.state.is_complete)
+        and (producer_id, producer_epoch) == (record.last_producer_id, record.last_producer_epoch)
+    )
 
 
 def complete(record: TxnRecord, now_ms: int) -> TxnRecord:
-    """Prepare* -> Complete* once every partition has its marker."""
+    """Prepare* -> Complete* once every partition has its marker. A version-2 rollover
+    switches to the new producer id here; the last epoch stays the one the client ended
+    with, so its retried end is still recognised (``is_end_retry``)."""
     target = (
         TransactionState.COMPLETE_COMMIT
         if record.state is TransactionState.PREPARE_COMMIT
         else TransactionState.COMPLETE_ABORT
     )
+    if record.next_producer_id != NO_PRODUCER_ID:
+        return record.replace(
+            state=target,
+            producer_id=record.next_producer_id,
+            producer_epoch=0,
+            next_producer_id=NO_PRODUCER_ID,
+            last_update_ms=now_ms,
+        )
     return record.replace(state=target, last_update_ms=now_ms)
 
 

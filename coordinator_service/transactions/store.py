@@ -122,6 +122,8 @@ def _values(rec: TxnRecord) -> dict[str, Any]:
         "partitions": orjson.dumps([list(tp) for tp in rec.partitions]).decode(),
         "groups": orjson.dumps(list(rec.groups)).decode(),
         "coordinator_epoch": rec.coordinator_epoch,
+        "transaction_version": rec.transaction_version,
+        "next_producer_id": rec.next_producer_id,
     }
 
 
@@ -141,6 +143,8 @@ def record_from_row(row: Any) -> TxnRecord:
         partitions=tuple((str(t), int(p)) for t, p in orjson.loads(m["partitions"])),
         groups=tuple(str(g) for g in orjson.loads(m["groups"])),
         coordinator_epoch=m["coordinator_epoch"],
+        transaction_version=m["transaction_version"],
+        next_producer_id=m["next_producer_id"],
     )
 
 
@@ -160,7 +164,13 @@ class TransactionStore:
         return record_from_row(row) if row is not None else None
 
     def find_by_producer(self, conn: Connection, producer_id: int) -> TxnRecord | None:
+        """The record whose producer id this is, or which hands it out when its ending
+        transaction completes (a version-2 rollover)."""
         row = conn.execute(sa.select(T).where(T.c.producer_id == producer_id)).first()
+        if row is None:
+            row = conn.execute(
+                sa.select(T).where(T.c.next_producer_id == producer_id)
+            ).first()
         return record_from_row(row) if row is not None else None
 
     def list_all(self, conn: Connection, state: TransactionState | None) -> list[TxnRecord]:

@@ -1,4 +1,5 @@
-"""Endpoints for coordinators only: transaction markers and partition creation.
+"""Endpoints for coordinators only: transaction markers, partition creation and the
+open transactions the hanging-transaction detector compares with its own state.
 
 Every route here requires the cluster's internal token (checked in constant time); a
 request without it is refused before anything is read or written.
@@ -9,21 +10,26 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import Response
 
 from eos_protocol.common import topic_name_problem
 from eos_protocol.errors import EosError, InvalidRequestError
+from eos_protocol.hanging import OpenTransactionsResponse
 from eos_protocol.node import (
+    CreatePartitionRequest,
     CreatePartitionResponse,
     ListPartitionsResponse,
+    MarkerPartitionResult,
     WriteMarkersRequest,
     WriteMarkersResponse,
 )
 from eos_server.envelope import error_responses
+from eos_server.fastpath import FastCall, fast_path
 from eos_server.logs import txn_fields
 from partition_service.api.records import PartitionPath, TopicPath, json_response
-from partition_service.context import Node
+from partition_service.context import Node, NodeContext
+from partition_service.partition import now_ms
 
 log = logging.getLogger("eos.node.markers")
 
@@ -48,7 +54,7 @@ router = APIRouter(
         "INVALID_REQUEST", "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED", "MESSAGE_TOO_LARGE"
     ),
 )
-async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
+async def write_markers(body: WriteMarkersRequest, node: Node) -> WriteMarkersResponse:
     """Each partition answers on its own: one failing partition does not hold back the
     others. All markers are appended first, then one group commit makes them durable."""
     jobs: list[tuple[int, str, int, asyncio.Future[None] | EosError]] = []
@@ -56,6 +62,7 @@ async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
         for tp in marker.partitions:
             try:
                 target = node.registry.get(tp.topic, tp.partition)
+                target.role.require_leader()
                 job: asyncio.Future[None] | EosError = asyncio.ensure_future(
                     target.write_marker(
                         marker.producer_id,
@@ -102,9 +109,27 @@ async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
             ),
         )
         results.append(
-            {"producer_id": producer_id, "topic": topic, "partition": partition, "error": error}
+            MarkerPartitionResult(
+                producer_id=producer_id, topic=topic, partition=partition, error=error
+            )
         )
-    return json_response({"results": results})
+    return WriteMarkersResponse(results=results)
+
+
+@fast_path(write_markers, WriteMarkersRequest)
+async def write_markers_fast(call: FastCall[WriteMarkersRequest]) -> WriteMarkersResponse:
+    """Every commit's markers come through here: answered without FastAPI's per-request
+    work (``eos_server/fastpath.py``); the router's internal-token check runs on it as
+    on the route."""
+    node: NodeContext = call.state.node
+    return await write_markers(call.body(), node)
+
+
+FAST_PATHS = (write_markers_fast,)
+
+
+#: A creation without a body (a coordinator of an earlier version): one replica.
+_NO_REPLICAS = Body(default_factory=CreatePartitionRequest)
 
 
 @router.put(
@@ -114,15 +139,22 @@ async def write_markers(body: WriteMarkersRequest, node: Node) -> Response:
     response_model=CreatePartitionResponse,
     responses=error_responses("UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"),
 )
-async def create_partition(topic: TopicPath, partition: PartitionPath, node: Node) -> Response:
+async def create_partition(
+    topic: TopicPath,
+    partition: PartitionPath,
+    node: Node,
+    body: CreatePartitionRequest = _NO_REPLICAS,
+) -> Response:
     # Idempotent. A name no topic may have (``.``, ``..``: the path pattern lets them
     # through, a percent-encoded request carries them) is refused with INVALID_REQUEST
     # (400, documented for every operation) before anything touches the disk, so the
-    # coordinator records a refusal instead of taking the node for away.
+    # coordinator records a refusal instead of taking the node for away. A partition of
+    # several replicas waits for the controller's assignment before it serves as leader.
     problem = topic_name_problem(topic)
     if problem is not None:
         raise InvalidRequestError(f"cannot create a partition of topic {topic!r}: {problem}")
-    created = await node.registry.create(topic, partition)
+    replicated = len(set(body.replicas)) > 1
+    created = await node.registry.create(topic, partition, replicated=replicated)
     return json_response({"topic": topic, "partition": partition, "created": created})
 
 
@@ -136,5 +168,41 @@ async def create_partition(topic: TopicPath, partition: PartitionPath, node: Nod
 async def list_partitions(node: Node) -> Response:
     rows = []
     for (topic, index), target in sorted(node.registry.partitions.items()):
-        rows.append({"topic": topic, "partition": index, **target.offsets()})
+        rows.append({"topic": topic, "partition": index, **target.offsets(),
+                     "log_end_offset": target.engine.log_end_offset})  # fmt: skip
     return json_response({"node_id": node.settings.node_id, "partitions": rows})
+
+
+@router.get(
+    "/open-transactions",
+    operation_id="listOpenTransactions",
+    summary="Open transactions on every partition this node leads (coordinators only)",
+    response_model=OpenTransactionsResponse,
+    responses=error_responses("UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"),
+)
+async def open_transactions(node: Node) -> Response:
+    """The coordinators' hanging-transaction detector compares these with their own state.
+
+    Only partitions led here: a follower's producer state trails the leader's, and a
+    marker (the only cure of a hanging transaction) is written by the leader alone. The
+    age is from the node's clock, so clocks of different hosts never meet in it.
+    """
+    now = now_ms()
+    rows = []
+    for (topic, index), target in sorted(node.registry.partitions.items()):
+        if not target.role.leads:
+            continue
+        for entry in list(target.engine.producers.producers.values()):
+            first = entry.current_txn_first_offset
+            if first is None:
+                continue
+            started = entry.current_txn_start_ms
+            rows.append({
+                "topic": topic, "partition": index, "producer_id": entry.producer_id,
+                "producer_epoch": entry.epoch, "coordinator_epoch": entry.coordinator_epoch,
+                "first_offset": first,
+                "age_ms": 0 if started is None else max(0, now - started),
+            })  # fmt: skip
+    return json_response(
+        {"node_id": node.settings.node_id, "now_ms": now, "open_transactions": rows}
+    )

@@ -78,6 +78,10 @@ router.add_api_route(
         "COORDINATOR_NOT_AVAILABLE",
         "CONCURRENT_TRANSACTIONS",
         "KAFKA_STORAGE_ERROR",
+        "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE",
+        "NOT_ENOUGH_REPLICAS",
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
         "UNAUTHENTICATED",
         "TOPIC_AUTHORIZATION_FAILED",
         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
@@ -121,8 +125,9 @@ async def _append(
 ) -> ProduceResponse:
     """Append a validated batch (``body`` gives the producer fields, ``rows`` the records)
     and answer once it is durable. A batch that opens a transaction here is verified with
-    the coordinator (KIP-890), which also names its transactional id: the caller must
-    hold write on it, as Kafka checks on a transactional produce."""
+    the coordinator (KIP-890) — or, for a producer of transaction version 2, its partition
+    is added to the transaction there first — which also names its transactional id: the
+    caller must hold write on it, as Kafka checks on a transactional produce."""
     if body.transactional:
         assert body.producer_id is not None and body.producer_epoch is not None
         if target.needs_verification(body.producer_id, body.producer_epoch):
@@ -135,8 +140,10 @@ async def _append(
                 await node.access.require(
                     caller, ResourceType.TRANSACTIONAL_ID, transactional_id, Operation.WRITE
                 )
+    acks_all = body.acks == -1
+    target.role.require_leader(acks_all=acks_all)
     result = target.append(body, rows)
-    await target.wait_durable(result)
+    await target.wait_durable(result, acks_all=acks_all)
     if result.duplicate:
         node.metrics.duplicate_batches.inc()
     else:
@@ -155,7 +162,8 @@ async def _append(
     summary="Read records from an offset",
     response_model=FetchResponse,
     responses=error_responses(
-        "UNKNOWN_TOPIC_OR_PARTITION", "OFFSET_OUT_OF_RANGE", *_AUTH
+        "UNKNOWN_TOPIC_OR_PARTITION", "OFFSET_OUT_OF_RANGE", "NOT_LEADER_OR_FOLLOWER",
+        "LEADER_NOT_AVAILABLE", *_AUTH,
     ),
 )
 async def fetch_records(
@@ -176,6 +184,7 @@ async def fetch_records(
     read on the topic."""
     await node.access.require(caller, ResourceType.TOPIC, topic, Operation.READ)
     target = node.registry.get(topic, partition)
+    target.role.require_leader()  # consumers read from the leader
     engine = target.engine
     fetched = node.metrics.fetched_records.labels(isolation_level.value)
 
@@ -237,6 +246,7 @@ async def describe_producers(
                     "coordinator_epoch": entry.coordinator_epoch,
                     "current_txn_start_offset": entry.current_txn_first_offset,
                     "last_timestamp_ms": entry.last_timestamp_ms,
+                    "current_txn_start_ms": entry.current_txn_start_ms,
                 }
                 for entry in engine.producers.producers.values()
             ]

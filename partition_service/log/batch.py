@@ -7,11 +7,19 @@ becomes one batch. The frame is::
     crc     u32   crc32 of every byte after this field
     base_offset u64, last_offset_delta u32, producer_id i64, producer_epoch i16,
     base_sequence i32, flags u16, append_time_ms i64
+    leader_epoch  i32, present when flags has FLAG_LEADER_EPOCH
     payload       orjson: [[key, value, headers, timestamp_ms], ...] for data,
                   {"type": "COMMIT"|"ABORT", "coordinator_epoch": n} for a control batch
 
 Non-idempotent batches carry producer_id -1. A torn or corrupt frame fails ``check`` and
 recovery truncates the log before it.
+
+The leader epoch (Kafka's partitionLeaderEpoch) is the epoch of the leader that first
+appended the batch. Followers copy frames byte for byte, so every replica knows which
+leader wrote each batch, which is what truncation after a leader change compares
+(KIP-101). Frames written before replication existed have no such field and count as
+epoch 0, the first leader's: the flag tells the two shapes apart, so old logs stay
+readable.
 """
 
 from __future__ import annotations
@@ -25,12 +33,14 @@ import orjson
 
 HEADER = struct.Struct("<IIQIqhiHq")
 HEADER_SIZE = HEADER.size  # 44
+LEADER_EPOCH = struct.Struct("<i")
 PREFIX_SIZE = 8  # length + crc
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 
 FLAG_TRANSACTIONAL = 0x1
 FLAG_CONTROL = 0x2
 FLAG_BASE64 = 0x4
+FLAG_LEADER_EPOCH = 0x8  # the header is followed by the leader epoch
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
@@ -53,6 +63,12 @@ class BatchHeader:
     append_time_ms: int
     position: int  # where the frame starts in its segment
     frame_size: int  # bytes of the whole frame, prefix included
+    leader_epoch: int = 0
+
+    @property
+    def payload_start(self) -> int:
+        """Where the payload starts, counted from the start of the frame."""
+        return HEADER_SIZE + (LEADER_EPOCH.size if self.flags & FLAG_LEADER_EPOCH else 0)
 
     @property
     def last_offset(self) -> int:
@@ -99,8 +115,9 @@ def encode(
     flags: int,
     append_time_ms: int,
     payload: bytes,
+    leader_epoch: int = 0,
 ) -> bytes:
-    """Frame a batch; the CRC covers the header fields and the payload."""
+    """Frame a batch; the CRC covers the header fields, the leader epoch and the payload."""
     body = (
         HEADER.pack(
             0,
@@ -110,9 +127,10 @@ def encode(
             producer_id,
             producer_epoch,
             base_sequence,
-            flags,
+            flags | FLAG_LEADER_EPOCH,
             append_time_ms,
         )[PREFIX_SIZE:]
+        + LEADER_EPOCH.pack(leader_epoch)
         + payload
     )
     crc = zlib.crc32(body)
@@ -139,22 +157,29 @@ def decode_header(
     fields = HEADER.unpack_from(buffer, start)
     if verify and zlib.crc32(buffer[start + PREFIX_SIZE : start + size]) != fields[1]:
         raise CorruptBatchError(f"crc mismatch at position {position}")
+    flags = fields[7]
+    leader_epoch = 0
+    if flags & FLAG_LEADER_EPOCH:
+        if size < HEADER_SIZE + LEADER_EPOCH.size:
+            raise CorruptBatchError(f"frame too short for its leader epoch at {position}")
+        (leader_epoch,) = LEADER_EPOCH.unpack_from(buffer, start + HEADER_SIZE)
     return BatchHeader(
         base_offset=fields[2],
         last_offset_delta=fields[3],
         producer_id=fields[4],
         producer_epoch=fields[5],
         base_sequence=fields[6],
-        flags=fields[7],
+        flags=flags,
         append_time_ms=fields[8],
         position=position,
         frame_size=size,
+        leader_epoch=leader_epoch,
     )
 
 
 def payload_of(buffer: bytes | memoryview, start: int, header: BatchHeader) -> Any:
     """Decode the payload of the frame at ``start``."""
-    return orjson.loads(buffer[start + HEADER_SIZE : start + header.frame_size])
+    return orjson.loads(buffer[start + header.payload_start : start + header.frame_size])
 
 
 def encode_records(rows: list[tuple[str | None, str | None, dict[str, str] | None, int]]) -> bytes:

@@ -6,6 +6,10 @@ pending, invisible to readers of committed offsets, until the COMMIT marker of i
 lands on this partition, and it vanishes on ABORT. One marker thus makes a transaction's
 data and its consumed offsets visible together. This view is rebuilt from the records by
 replay and saved in the partition's checkpoint.
+
+For compaction (``partition_service.log.cleaner``) the view also knows where the record
+holding each committed value lies (``written_at``): a segment none of whose offsets holds
+a current value, and below the LSO (so no pending commit lies in it), can go.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ import orjson
 
 OffsetKey = tuple[str, int]  # (topic, partition)
 OffsetValue = tuple[int, str | None]  # (offset, metadata)
+RecordKey = tuple[str, str, int]  # (group, topic, partition)
+#: Where a value read from a checkpoint without positions lies: not known, so below any
+#: segment (compaction copies it forward once, which is always safe).
+UNKNOWN_POSITION = -1
 
 
 def encode_offset_record(
@@ -31,26 +39,54 @@ class GroupOffsetsView:
         self.committed: dict[str, dict[OffsetKey, OffsetValue]] = {}
         # producer id -> group -> partition -> value, until that producer's marker
         self.pending: dict[int, dict[str, dict[OffsetKey, OffsetValue]]] = {}
+        # the log offset of the record holding each committed value (and each pending one)
+        self.written_at: dict[RecordKey, int] = {}
+        self.pending_at: dict[int, dict[RecordKey, int]] = {}
 
     def apply_records(
-        self, rows: list[list[Any]], producer_id: int, *, transactional: bool
+        self,
+        rows: list[list[Any]],
+        producer_id: int,
+        *,
+        transactional: bool,
+        base_offset: int = UNKNOWN_POSITION,
     ) -> None:
-        for row in rows:
+        for i, row in enumerate(rows):
             group_id, topic, partition = orjson.loads(row[0])
             value = orjson.loads(row[1])
             entry = (int(value["offset"]), value.get("metadata"))
+            key = (str(group_id), str(topic), int(partition))
+            at = base_offset + i if base_offset >= 0 else UNKNOWN_POSITION
             if transactional:
                 target = self.pending.setdefault(producer_id, {}).setdefault(group_id, {})
+                self.pending_at.setdefault(producer_id, {})[key] = at
             else:
                 target = self.committed.setdefault(group_id, {})
+                self.written_at[key] = at
             target[(topic, int(partition))] = entry
 
     def apply_marker(self, producer_id: int, *, commit: bool) -> None:
         groups = self.pending.pop(producer_id, None)
+        positions = self.pending_at.pop(producer_id, {})
         if not groups or not commit:
             return
         for group_id, offsets in groups.items():
             self.committed.setdefault(group_id, {}).update(offsets)
+        self.written_at.update(positions)
+
+    def live_below(self, offset: int) -> list[tuple[RecordKey, OffsetValue]]:
+        """Committed values whose record lies below ``offset``: what compaction must copy
+        forward before the segments below ``offset`` can go."""
+        return [
+            (key, self.committed[key[0]][(key[1], key[2])])
+            for key, at in self.written_at.items()
+            if at < offset
+        ] + [
+            ((group, topic, partition), value)
+            for group, offsets in self.committed.items()
+            for (topic, partition), value in offsets.items()
+            if (group, topic, partition) not in self.written_at
+        ]
 
     def has_pending(self, group_id: str) -> bool:
         return any(group_id in groups for groups in self.pending.values())
@@ -62,12 +98,17 @@ class GroupOffsetsView:
         def flat(offsets: dict[OffsetKey, OffsetValue]) -> list[list[Any]]:
             return [[t, p, o, m] for (t, p), (o, m) in offsets.items()]
 
+        def places(positions: dict[RecordKey, int]) -> list[list[Any]]:
+            return [[g, t, p, at] for (g, t, p), at in positions.items()]
+
         return {
             "committed": {g: flat(o) for g, o in self.committed.items()},
             "pending": {
                 str(pid): {g: flat(o) for g, o in groups.items()}
                 for pid, groups in self.pending.items()
             },
+            "written_at": places(self.written_at),
+            "pending_at": {str(pid): places(at) for pid, at in self.pending_at.items()},
         }
 
     @classmethod
@@ -81,4 +122,10 @@ class GroupOffsetsView:
             int(pid): {g: unflat(rows) for g, rows in groups.items()}
             for pid, groups in raw.get("pending", {}).items()
         }
+
+        def unplace(rows: list[list[Any]]) -> dict[RecordKey, int]:
+            return {(str(g), str(t), int(p)): int(at) for g, t, p, at in rows}
+
+        view.written_at = unplace(raw.get("written_at", []))
+        view.pending_at = {int(pid): unplace(r) for pid, r in raw.get("pending_at", {}).items()}
         return view

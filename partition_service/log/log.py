@@ -25,6 +25,9 @@ from partition_service.log.segment import Segment
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_VERSION = 1
+#: The log start offset when it lies above the first segment's base (Kafka's
+#: log-start-offset-checkpoint): a follower told a leader's log start inside a segment.
+LOG_START_FILE = "log-start-offset"
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,10 @@ class Log:
         for i, segment in enumerate(self.segments[:-1]):
             segment.next_offset = self._bases[i + 1]
         self.active.next_offset = self.next_offset
+        self.log_start_offset = self.segments[0].base_offset
+        persisted = read_log_start(self.directory)
+        if persisted is not None and self.log_start_offset < persisted <= self.next_offset:
+            self.log_start_offset = persisted
 
     def _usable_checkpoint(self) -> Checkpoint | None:
         checkpoint = read_checkpoint(self.directory)
@@ -168,15 +175,38 @@ class Log:
     def active(self) -> Segment:
         return self.segments[-1]
 
-    def append(self, frame: bytes, base_offset: int, next_offset: int) -> None:
+    def append(
+        self, frame: bytes, base_offset: int, next_offset: int, append_time_ms: int | None = None
+    ) -> None:
         """Write a frame whose offsets are [base_offset, next_offset). Not yet durable."""
         if base_offset != self.next_offset:
             raise ValueError(f"append at {base_offset}, log end is {self.next_offset}")
         if self.active.size > 0 and self.active.size + len(frame) > self.config.segment_bytes:
             self.roll()
-        self.active.append(frame, base_offset)
+        self.active.append(frame, base_offset, append_time_ms)
         self.next_offset = next_offset
         self.active.next_offset = next_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log at ``offset``, which must be where a batch starts (or the log end):
+        the segments after it are deleted and the log ends there, durably."""
+        if offset >= self.next_offset:
+            return
+        seg_index = self.segment_for(offset)
+        segment = self.segments[seg_index]
+        position = segment.position_for(offset) if offset > segment.base_offset else 0
+        if offset > segment.base_offset:
+            for header in segment.scan(position, verify=False):
+                if header.base_offset >= offset:
+                    if header.base_offset != offset:
+                        raise ValueError(f"offset {offset} is not where a batch starts")
+                    position = header.position
+                    break
+            else:
+                raise ValueError(f"offset {offset} is not in segment {segment.base_offset}")
+        self._cut(seg_index, position)
+        self.next_offset = offset
+        self.active.next_offset = offset
 
     def roll(self) -> None:
         """Close the active segment (durably, with its index) and start a new one."""
@@ -191,6 +221,45 @@ class Log:
 
     def fsync(self) -> None:
         self.active.fsync()
+
+    # -- the log start -------------------------------------------------------------------
+    def segment_end(self, index: int) -> int:
+        """The offset after segment ``index`` (the next segment's base, or the log end)."""
+        return self._bases[index + 1] if index + 1 < len(self._bases) else self.next_offset
+
+    def advance_start(self, offset: int) -> list[tuple[int, int]]:
+        """Move the log start up to ``offset`` (at most the log end) and delete every
+        closed segment wholly below it, never the active one; returns the (base offset,
+        size) of each deleted segment. The new start is written durably before any file
+        goes, so a crash between the two leaves the files a restart deletes no reader can
+        reach."""
+        offset = min(offset, self.next_offset)
+        if offset <= self.log_start_offset:
+            return []
+        write_log_start(self.directory, offset)
+        self.log_start_offset = offset
+        deleted: list[tuple[int, int]] = []
+        while len(self.segments) > 1 and self._bases[1] <= offset:
+            segment = self.segments.pop(0)
+            self._bases.pop(0)
+            deleted.append((segment.base_offset, segment.size))
+            segment.delete()
+        if deleted:
+            fsync_directory(self.directory)
+        return deleted
+
+    def restart_at(self, offset: int) -> None:
+        """Delete every segment and begin the log empty at ``offset`` (a follower whose
+        log ends below its leader's log start: Kafka's truncateFullyAndStartAt)."""
+        for segment in self.segments:
+            segment.delete()
+        self.segments, self._bases = [], []
+        write_log_start(self.directory, offset)
+        segment = Segment(self.directory, offset, self.config.index_interval_bytes)
+        segment.mark_index_loaded()
+        self._add_segment(segment)
+        self.next_offset = self.log_start_offset = offset
+        fsync_directory(self.directory)
 
     # -- reading -------------------------------------------------------------------------
     def segment_for(self, offset: int) -> int:
@@ -258,6 +327,26 @@ class Log:
     def close(self) -> None:
         for segment in self.segments:
             segment.close()
+
+
+def write_log_start(directory: Path, offset: int) -> None:
+    """Persist the log start offset atomically (temporary file, fsync, rename)."""
+    tmp = directory / (LOG_START_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, str(offset).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, directory / LOG_START_FILE)
+    fsync_directory(directory)
+
+
+def read_log_start(directory: Path) -> int | None:
+    try:
+        return int((directory / LOG_START_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def read_checkpoint(directory: Path) -> Checkpoint | None:

@@ -27,6 +27,7 @@ from eos_protocol.errors import (
 from partition_service.log.batch import NO_SEQUENCE
 
 REMEMBERED_BATCHES = 5
+UNKNOWN_LAST_OFFSET = 2**62
 
 
 @dataclass(slots=True)
@@ -45,6 +46,11 @@ class ProducerEntry:
     coordinator_epoch: int = -1
     current_txn_first_offset: int | None = None
     last_timestamp_ms: int = 0
+    # append time of the open transaction's first batch here (its age: hanging detection)
+    current_txn_start_ms: int | None = None
+    # the offset of the producer's last batch here, data or marker (2**62: not known, from
+    # an older checkpoint); once the log start passes it, the producer is forgotten
+    last_offset: int = -1
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=REMEMBERED_BATCHES))
 
     @property
@@ -64,6 +70,8 @@ class ProducerEntry:
             "coordinator_epoch": self.coordinator_epoch,
             "txn_first": self.current_txn_first_offset,
             "ts": self.last_timestamp_ms,
+            "txn_start_ms": self.current_txn_start_ms,
+            "last_offset": self.last_offset,
             "batches": [
                 [b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.append_time_ms]
                 for b in self.batches
@@ -79,8 +87,13 @@ class ProducerEntry:
             current_txn_first_offset=raw["txn_first"],
             last_timestamp_ms=raw["ts"],
         )
+        if entry.current_txn_first_offset is not None:
+            # a checkpoint written before the start time was kept: the last append is the
+            # closest time known (the transaction looks younger, never older)
+            entry.current_txn_start_ms = raw.get("txn_start_ms", entry.last_timestamp_ms)
         for b in raw["batches"]:
             entry.batches.append(BatchMetadata(*b))
+        entry.last_offset = int(raw.get("last_offset", UNKNOWN_LAST_OFFSET))
         return entry
 
 
@@ -220,12 +233,19 @@ class ProducerStateManager:
                 )
             )
         entry.last_timestamp_ms = append_time_ms
+        entry.last_offset = max(entry.last_offset, last_offset)
         if transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = base_offset
+            entry.current_txn_start_ms = append_time_ms
             self.open_transactions[producer_id] = base_offset
 
     def apply_marker(
-        self, producer_id: int, epoch: int, coordinator_epoch: int, append_time_ms: int
+        self,
+        producer_id: int,
+        epoch: int,
+        coordinator_epoch: int,
+        append_time_ms: int,
+        offset: int = -1,
     ) -> int | None:
         """Close the producer's transaction; returns its first offset (None if none was open)."""
         entry = self.producers.get(producer_id)
@@ -237,8 +257,10 @@ class ProducerStateManager:
             entry.batches.clear()
         entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         entry.last_timestamp_ms = append_time_ms
+        entry.last_offset = max(entry.last_offset, offset)
         first = entry.current_txn_first_offset
         entry.current_txn_first_offset = None
+        entry.current_txn_start_ms = None
         self.open_transactions.pop(producer_id, None)
         return first
 
@@ -253,6 +275,19 @@ class ProducerStateManager:
             for pid, entry in self.producers.items()
             if entry.current_txn_first_offset is None
             and now_ms - entry.last_timestamp_ms > expiration_ms
+        ]
+        for pid in gone:
+            del self.producers[pid]
+        return gone
+
+    def truncate_head(self, log_start_offset: int) -> list[int]:
+        """Forget producers whose batches all lie below the log start (retention deleted
+        them), as Kafka's ``truncateHead`` does; a producer with an open transaction is
+        kept whatever its offsets, since its marker is still to come."""
+        gone = [
+            pid
+            for pid, entry in self.producers.items()
+            if entry.current_txn_first_offset is None and entry.last_offset < log_start_offset
         ]
         for pid in gone:
             del self.producers[pid]

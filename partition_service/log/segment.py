@@ -35,9 +35,12 @@ class Segment:
         self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset  # set by recovery or by loading
         self._index_loaded = False
+        # The newest append time of the segment's batches (retention_ms is measured from
+        # it); None until known: a segment found on disk is scanned for it on first use.
+        self._max_time_ms: int | None = -1 if self.size == 0 else None
 
     # -- writing -------------------------------------------------------------------------
-    def append(self, frame: bytes, header_offset: int) -> int:
+    def append(self, frame: bytes, header_offset: int, append_time_ms: int | None = None) -> int:
         """Write one frame at the end; returns its position. Not yet durable."""
         position = self.size
         written = os.pwrite(self._fd, frame, position)
@@ -45,7 +48,22 @@ class Segment:
             raise OSError(f"short write to {self.path}: {written} of {len(frame)} bytes")
         self.size += written
         self.index.on_append(header_offset, position, written)
+        if append_time_ms is None:
+            self._max_time_ms = None  # unknown: scanned for when asked
+        elif self._max_time_ms is not None:
+            self._max_time_ms = max(self._max_time_ms, append_time_ms)
         return position
+
+    def max_append_time_ms(self) -> int:
+        """The newest append time of the segment's batches (-1 when it is empty): what
+        retention_ms is measured from, as Kafka measures it from a segment's largest
+        timestamp. Read from the batch headers once, then kept."""
+        if self._max_time_ms is None:
+            newest = -1
+            for header in self.scan(0, verify=False):
+                newest = max(newest, header.append_time_ms)
+            self._max_time_ms = newest
+        return self._max_time_ms
 
     def fsync(self) -> None:
         os.fsync(self._fd)
@@ -55,6 +73,7 @@ class Segment:
         os.ftruncate(self._fd, position)
         os.fsync(self._fd)
         self.size = position
+        self._max_time_ms = -1 if position == 0 else None
         self.index.truncate_to_position(position)
 
     def close(self) -> None:

@@ -33,6 +33,9 @@ class AbortedTxnIndex:
         self._last_offsets: list[int] = []
         self._max_span = 0
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        # descriptors of files replaced by ``truncate_before``, closed later: the group
+        # commit's fsync runs in a worker thread and may still hold one
+        self._retired: list[int] = []
         self.dirty = False
 
     def load(self, log_end_offset: int) -> None:
@@ -77,6 +80,33 @@ class AbortedTxnIndex:
         os.ftruncate(self._fd, keep * ENTRY.size)
         os.fsync(self._fd)
 
+    def truncate_before(self, offset: int) -> int:
+        """Forget entries whose ABORT marker lies below ``offset`` (the log start moved
+        past them: no read can reach their records); returns how many went. The file is
+        written anew beside the old one and renamed over it, so a crash leaves one or the
+        other whole."""
+        drop = bisect_left(self._last_offsets, offset)
+        if drop == 0:
+            return 0
+        kept = self._entries[drop:]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"".join(ENTRY.pack(e.producer_id, e.first_offset, e.last_offset)
+                                  for e in kept))  # fmt: skip
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        for fd in self._retired:
+            os.close(fd)
+        self._retired = [self._fd]
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._entries, self._last_offsets = kept, [e.last_offset for e in kept]
+        self._max_span = max((e.last_offset - e.first_offset for e in kept), default=0)
+        self.dirty = False
+        return drop
+
     def overlapping(self, start: int, end: int) -> dict[int, list[tuple[int, int]]]:
         """Aborted ranges per producer that overlap offsets [start, end)."""
         found: dict[int, list[tuple[int, int]]] = {}
@@ -97,4 +127,7 @@ class AbortedTxnIndex:
         return len(self._entries)
 
     def close(self) -> None:
+        for fd in self._retired:
+            os.close(fd)
+        self._retired = []
         os.close(self._fd)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -27,6 +27,7 @@ from sdk._config import USE_DEFAULT, ProducerConfig, RetryConfig, TimeoutArg, re
 from sdk._errors import EosTimeoutError
 from sdk._metadata import Bootstrap
 from sdk._producer_base import Actions, ProducerCore, now_ms
+from sdk._record_futures import AsyncRecordFutures
 from sdk._state import ProducerState
 from sdk._transport import AsyncTransport
 from sdk._txn_calls import AwaitInFlight, Call, Flush, Produce, Step, Steps
@@ -50,6 +51,7 @@ class _AsyncProducerBase:
         )
         self._http.on_unreachable = self._core.metadata.unreachable
         self._wake: asyncio.Event | None = None
+        self._room: asyncio.Event | None = None  # set when an answer frees buffer room
         self._sender: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._add_task: asyncio.Task[None] | None = None
@@ -79,9 +81,15 @@ class _AsyncProducerBase:
         timestamp_ms: int | None = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue a record; the returned future resolves to its ``RecordMetadata``."""
+        if self._core.buffer_full():
+            await self._wait_for_room()
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        steps = calls.send(self._core, topic, value, key, partition, headers, timestamp_ms, future)
-        wake = await self._drive(steps)
+        wake = self._core.try_append(topic, value, key, partition, headers, timestamp_ms, future)
+        if wake is None:  # the topic is not known yet: look it up, then queue
+            steps = calls.send(
+                self._core, topic, value, key, partition, headers, timestamp_ms, future
+            )
+            wake = await self._drive(steps)
         self._ensure_sender()
         if wake:
             self._notify()
@@ -89,6 +97,33 @@ class _AsyncProducerBase:
             # the sender task (and so every request) from running until it ends.
             await asyncio.sleep(0)
         return future
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Sequence[Payload | None],
+        keys: Sequence[Payload | None] | None = None,
+        partition: int | None = None,
+        headers: dict[str, str] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> AsyncRecordFutures:
+        """Queue a list of records in one call: as many ``send`` calls in a row (same
+        partitions, same order), for a fraction of the cost per record. ``keys``, when
+        given, pairs with ``values``; ``headers`` and ``timestamp_ms`` apply to every
+        record. A refused list queues nothing. Returns the records' futures, each made
+        when first asked for; ``await futures.results()`` waits for them all."""
+        values = values if isinstance(values, list | tuple) else list(values)
+        if self._core.buffer_full():
+            await self._wait_for_room()
+        futures = AsyncRecordFutures(len(values))
+        while not self._core.append_many(
+            topic, values, keys, partition, headers, timestamp_ms, futures
+        ):
+            await self._drive(calls.fetch_topic(self._core, topic))
+        self._ensure_sender()
+        self._notify()
+        await asyncio.sleep(0)  # let the sender run, as send does once per batch
+        return futures
 
     async def send_and_wait(
         self,
@@ -177,6 +212,25 @@ class _AsyncProducerBase:
         """A request of the sender's, as a task; then the sender looks at the queues."""
         await self._drive(steps)
         self._notify()
+        if self._room is not None and not self._core.buffer_full():
+            self._room.set()
+
+    async def _wait_for_room(self) -> None:
+        """Wait while the buffered records fill ``buffer_memory`` (Kafka's blocking
+        ``send``), at most ``max_block_ms``. Woken when an answer frees room; looked at
+        again every 100 ms as well, for room freed by expiry or an abort."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.max_block_ms / 1000
+        self._ensure_sender()
+        while self._core.buffer_full() and not self._stopping:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise self._core.buffer_timeout()
+            if self._room is None or self._room.is_set():
+                self._room = asyncio.Event()
+            self._notify()  # the sender drains what is queued
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), min(remaining, 0.1))
 
     # --- the driver of the core's sequences ----------------------------------------------
 
@@ -258,6 +312,8 @@ class AsyncProducer(_AsyncProducerBase):
         batch_size: int = 16_384,
         max_in_flight: int = 5,
         delivery_timeout_ms: int = 120_000,
+        max_block_ms: int = 60_000,
+        buffer_memory: int = 33_554_432,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
         token: str | None = None,
@@ -270,6 +326,8 @@ class AsyncProducer(_AsyncProducerBase):
             batch_size=batch_size,
             max_in_flight=max_in_flight,
             delivery_timeout_ms=delivery_timeout_ms,
+            max_block_ms=max_block_ms,
+            buffer_memory=buffer_memory,
             retry=retry or RetryConfig(),
             headers=headers or {},
             token=token,
@@ -300,11 +358,13 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
         transactional_id: str,
         *,
         transaction_timeout_ms: int = 60_000,
+        transaction_version: int = 2,
         linger_ms: int = 5,
         batch_size: int = 16_384,
         max_in_flight: int = 5,
         delivery_timeout_ms: int = 120_000,
         max_block_ms: int = 60_000,
+        buffer_memory: int = 33_554_432,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
         token: str | None = None,
@@ -315,11 +375,13 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
             bootstrap_url,
             transactional_id=transactional_id,
             transaction_timeout_ms=transaction_timeout_ms,
+            transaction_version=transaction_version,
             linger_ms=linger_ms,
             batch_size=batch_size,
             max_in_flight=max_in_flight,
             delivery_timeout_ms=delivery_timeout_ms,
             max_block_ms=max_block_ms,
+            buffer_memory=buffer_memory,
             retry=retry or RetryConfig(),
             headers=headers or {},
             token=token,

@@ -127,6 +127,7 @@ def run_case(fault: Fault, mode: Mode, root: Path) -> tuple[Report, Row, list[st
             history = workload.finish()
         except BaseException as exc:
             exc.add_note(cluster.logs())
+            exc.add_note(workload.tails())
             raise
         finally:
             workload.stop()

@@ -12,6 +12,7 @@ import pytest
 from tests.chaos.cluster import available
 from tests.chaos.faults import FAULTS, Fault
 from tests.chaos.harness import Row, current_mode, run_case, save_row
+from tests.chaos.replica_faults import REPLICA_FAULTS
 
 MODE = current_mode()
 
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(MODE.test_timeout_s)]
 # the paced workloads and their failover deadlines on a small machine.
 CASES = [
     pytest.param(fault, id=fault.__name__, marks=pytest.mark.xdist_group(f"chaos-{i % 2}"))
-    for i, fault in enumerate(FAULTS)
+    for i, fault in enumerate([*FAULTS, *REPLICA_FAULTS])
 ]
 
 

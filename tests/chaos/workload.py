@@ -149,10 +149,20 @@ class Workload:
             slot = self.slots[partition]
             slot.instance += 1
             instance = slot.instance
+            # The first instance knows what the spec gives clients (with an entry, that one
+            # coordinator: it must learn the others). A later one starts from every
+            # coordinator, as a client restarted with a full bootstrap list: one that knew
+            # only a stopped entry could never learn the survivor (no more than a Kafka
+            # client whose one bootstrap server is down), and would wait for the entry,
+            # which a failover fault brings back only once commits have resumed.
+            url = (
+                self.cluster.bootstrap(partition) if instance == 0
+                else self.cluster.every_coordinator()
+            )  # fmt: skip
             slot.process = self._spawn(
                 "tests.chaos.copier",
                 [
-                    "--url", self.cluster.bootstrap(partition),
+                    "--url", url,
                     "--input", self.input, "--output", self.output,
                     "--group", self.group(partition), "--tid", self.tid(partition),
                     "--history", str(self.history_path(partition, instance)),
@@ -267,6 +277,15 @@ class Workload:
 
         wait_until(stable, timeout=60, interval=0.2, what="the output to become stable")
         return ends
+
+    def tails(self, lines: int = 12) -> str:
+        """The last events of every copier's history and the last lines of every client's
+        log, for a failure message: what the clients were doing when the run went wrong."""
+        parts = []
+        for path in sorted([*self.dir.glob("copier-*.jsonl"), *self.dir.glob("*.log")]):
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"--- {path.name}\n" + "\n".join(text))
+        return "\n".join(parts)
 
     def reader_errors(self) -> int:
         return sum(1 for e in read_events(self.dir / "reader.jsonl") if e["e"] == "error")

@@ -1,7 +1,8 @@
-"""docker-compose.yml and the Dockerfile, checked without a Docker engine: the services,
-their start order, health checks, volumes, ports, that every EOS_ variable they set is
-one the code really reads, that the internal token has no default, and that every node
-and Spark container is given every coordinator.
+"""docker-compose.yml and the Dockerfile, checked without a container engine: the
+services, their start order, health checks, volumes, ports, that every EOS_ variable they
+set is one the code really reads, that the internal token has no default, that every node
+and Spark container is given every coordinator, and that the advertised addresses follow
+EOS_ADVERTISED_HOST. tests/deploy/test_compose_run.py builds and runs the same files.
 
 Compose's variable interpolation is done here as compose does it (``${VAR}``,
 ``${VAR:-default}``, ``${VAR-default}``, ``${VAR:?message}``, ``${VAR?message}``, ``$$``),
@@ -30,7 +31,9 @@ INTERPOLATION = re.compile(r"\$\$|\$\{(\w+)(?:(:?[-?])([^}]*))?\}")
 COORDINATORS = ["coordinator-1", "coordinator-2"]
 NODES = ["node-1", "node-2", "node-3"]
 SPARK = ["spark-master", "spark-worker"]
-EVERY_COORDINATOR = [f"http://{name}:8080" for name in COORDINATORS]
+COORDINATOR_PORTS = {"coordinator-1": 8080, "coordinator-2": 8081}
+NODE_PORTS = {"node-1": 9091, "node-2": 9092, "node-3": 9093}
+EVERY_COORDINATOR = [f"http://{name}:{port}" for name, port in COORDINATOR_PORTS.items()]
 TOKEN = "0123456789abcdef" * 3  # what `openssl rand -hex 24` makes: 48 characters
 SHELL = {"EOS_INTERNAL_TOKEN": TOKEN}  # the least a shell must export
 
@@ -78,14 +81,21 @@ def test_services_and_images(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert set(services) == {"postgres", *COORDINATORS, *NODES, "spark-master", "spark-worker"}
     assert services["postgres"]["image"].startswith("postgres:")
-    for name in [*COORDINATORS, *NODES, "spark-master", "spark-worker"]:
-        assert services[name]["image"] == "eos:latest" and services[name]["build"] == "."
+    for name in [*COORDINATORS, *NODES]:
+        assert services[name]["image"] == "eos:latest"
+        assert services[name]["build"] == {"context": ".", "target": "service"}
+    for name in SPARK:
+        assert services[name]["image"] == "eos-spark:latest"
+        assert services[name]["build"] == {"context": ".", "target": "spark"}
     for name in COORDINATORS:
         assert services[name]["command"] == ["eos", "coordinator"]
     for name in NODES:
         assert services[name]["command"] == ["eos", "node"]
     assert "org.apache.spark.deploy.master.Master" in services["spark-master"]["command"]
     assert "spark://spark-master:7077" in services["spark-worker"]["command"]
+    for name, service in services.items():
+        assert service["restart"] == "unless-stopped", name
+        assert service["hostname"] == name, name
 
 
 def test_environment_variables_are_read_by_the_code(compose: dict[str, Any]) -> None:
@@ -111,14 +121,15 @@ def test_settings_built_from_the_compose_environment(
         monkeypatch.setenv(key, value)
     coordinator = CoordinatorSettings()
     assert coordinator.database_url and coordinator.database_url.startswith("postgresql+psycopg")
-    assert coordinator.node_urls == {n: f"http://node-{n}:9091" for n in (1, 2, 3)}
+    assert coordinator.node_urls == {n: f"http://node-{n}:909{n}" for n in (1, 2, 3)}
+    assert coordinator.default_replication_factor == 3, "every partition on every node"
     assert coordinator.internal_token
     for key in env_of(services["coordinator-1"]):
         monkeypatch.delenv(key)
     for key, value in env_of(services["node-2"]).items():
         monkeypatch.setenv(key, value)
     node = NodeSettings()
-    assert (node.node_id, node.port, str(node.data_dir)) == (2, 9091, "/data")
+    assert (node.node_id, node.port, str(node.data_dir)) == (2, 9092, "/data")
     assert re.findall(r"http://[\w.-]+:\d+", str(node.coordinator_url)) == EVERY_COORDINATOR
     assert node.internal_token == TOKEN
 
@@ -131,41 +142,86 @@ def test_nodes_list_matches_node_services(compose: dict[str, Any]) -> None:
 
 def test_health_checks_start_order_ports_and_volumes(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    for name in ["postgres", *COORDINATORS, *NODES, "spark-master"]:
+    for name in services:
         test = services[name]["healthcheck"]["test"]
         assert test[0] == "CMD" and len(test) > 1, name
+    for name in [*COORDINATORS, *NODES]:
+        assert services[name]["healthcheck"]["test"] == ["CMD", "eos-healthcheck"], name
+    for name, web_port in {"spark-master": 8088, "spark-worker": 8089}.items():
+        check = services[name]["healthcheck"]["test"]
+        assert check[-1] == f"http://127.0.0.1:{web_port}/json/", name
+        assert str(web_port) in services[name]["command"], name
     for name in COORDINATORS:
-        assert services[name]["depends_on"]["postgres"]["condition"] == "service_healthy"
-        assert "/readyz" in " ".join(services[name]["healthcheck"]["test"])
-    assert services["coordinator-2"]["depends_on"]["coordinator-1"]["condition"] == (
-        "service_healthy"
-    )
+        assert services[name]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+    for name in NODES:  # a node runs and serves data while the database is away
+        assert "depends_on" not in services[name], name
     published = [p for s in services.values() for p in s.get("ports", [])]
     host_ports = [p.split(":")[0] for p in published]
     assert len(host_ports) == len(set(host_ports)), "two services publish the same port"
+    listening = {**COORDINATOR_PORTS, **NODE_PORTS}
+    for name, port in listening.items():
+        # Published on the port it listens on: one URL inside the network and outside.
+        assert services[name]["ports"] == [f"{port}:{port}"], name
+        assert env_of(services[name])["EOS_PORT"] == str(port), name
     volumes = set(compose["volumes"])
     for name in NODES:
         volume, path = services[name]["volumes"][0].split(":")
         assert volume in volumes and path == env_of(services[name])["EOS_DATA_DIR"]
     node_volumes = [services[n]["volumes"][0].split(":")[0] for n in NODES]
     assert len(set(node_volumes)) == len(NODES), "each node needs its own volume"
+    assert services["postgres"]["volumes"][0].split(":")[0] in volumes
 
 
-def test_dockerfile_installs_the_project_and_java() -> None:
+def test_advertised_addresses_follow_eos_advertised_host(compose: dict[str, Any]) -> None:
+    """The coordinators hand out the nodes' and their own URLs: the service names by
+    default (clients inside the network), the host's name when one is given."""
+    services = compose["services"]
+    for shell, host_of in (
+        (SHELL, lambda name: name),
+        ({**SHELL, "EOS_ADVERTISED_HOST": "eos.example.net"}, lambda name: "eos.example.net"),
+    ):
+        for name in COORDINATORS:
+            env = env_of(services[name], shell)
+            nodes = dict(entry.split("=", 1) for entry in env["EOS_NODES"].split(","))
+            assert nodes == {
+                node.removeprefix("node-"): f"http://{host_of(node)}:{port}"
+                for node, port in NODE_PORTS.items()
+            }
+            assert env["EOS_PUBLIC_URL"] == f"http://{host_of(name)}:{COORDINATOR_PORTS[name]}"
+
+
+def test_the_dockerfile_is_pinned_multi_stage_and_runs_as_a_user() -> None:
+    """What issue-free builds need: a Debian release that still ships Java 17, images that
+    hold no compilers, pip or pip cache, a user that is not root, a working health check,
+    and every package of the project."""
     text = (ROOT / "Dockerfile").read_text()
-    assert text.startswith("#") and "FROM python:3.11" in text
-    assert "openjdk-17" in text and "curl" in text
-    assert "pip install --no-cache-dir '.[server,spark]'" in text
+    stages = re.findall(r"^FROM (\S+) AS (\S+)$", text, re.MULTILINE)
+    names = [name for _, name in stages]
+    assert {"runtime", "deps", "build", "service", "spark"} <= set(names), names
+    assert re.search(r"^ARG DEBIAN_RELEASE=bookworm$", text, re.MULTILINE)
+    assert ("docker.io/library/debian:${DEBIAN_RELEASE}-slim", "runtime") in stages
+    final = {name: text.split(f" AS {name}\n", 1)[1].split("\nFROM ", 1)[0]
+             for name in ("service", "spark")}  # fmt: skip
+    for name, body in final.items():
+        assert "USER eos" in body, name
+        assert "HEALTHCHECK" in body and "eos-healthcheck" in body, name
+        for tool in ("gcc", "build-essential", "python3-venv", "pip install"):
+            assert tool not in body, f"{name} installs {tool}"
+    assert ("runtime", "service") in stages and ("service", "spark") in stages
+    assert "openjdk-17-jre-headless" in final["spark"]
+    assert "pip uninstall -y -q pip setuptools wheel" in text
+    instructions = re.split(r"\n(?=[A-Z]+ )", text.replace("\\\n", " "))
+    installs = [i for i in instructions if i.startswith("RUN") and "pip install" in i]
+    assert installs
+    for run in installs:  # the cache is a build mount, or there is none: no layer holds it
+        assert "--no-cache-dir" in run or "--mount=type=cache,target=/root/.cache/pip" in run, run
     for package in [
-        "sdk",
-        "partition_service",
-        "coordinator_service",
-        "spark_jobs",
-        "migrations",
-        "eos_cli",
-        "eos_security",
-    ]:
-        assert f"COPY {package} ./{package}" in text
+        "sdk", "eos_protocol", "eos_server", "eos_security", "eos_cli",
+        "coordinator_service", "partition_service", "spark_jobs", "migrations",
+    ]:  # fmt: skip
+        assert f"COPY {package} /src/{package}" in text, package
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".venv", ".git", "tests", "secrets"} <= set(ignored)
 
 
 def test_auth_is_off_by_default_and_on_with_a_tokens_file(
@@ -225,8 +281,8 @@ def test_nodes_and_spark_are_given_every_coordinator(compose: dict[str, Any]) ->
     services = compose["services"]
     public = [env_of(services[name])["EOS_PUBLIC_URL"] for name in COORDINATORS]
     assert public == EVERY_COORDINATOR
-    for name in COORDINATORS:
-        assert env_of(services[name])["EOS_PORT"] == "8080"
+    for name, port in COORDINATOR_PORTS.items():
+        assert env_of(services[name])["EOS_PORT"] == str(port)
     for name in NODES:
         assert env_of(services[name])["EOS_COORDINATOR_URL"].split(",") == EVERY_COORDINATOR
     for name in SPARK:

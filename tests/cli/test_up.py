@@ -254,7 +254,11 @@ def kill_and_watch_restart(up: Up, service: str, port: int, others: dict[str, in
     )
     for other, other_port in others.items():
         assert up.pid(other) == survivors[other], f"{other} was restarted too"
-        assert answers_ready(other_port), f"{other} stopped answering /readyz"
+        # Ready, as the same process: a node coming back sets off a burst of work (ISR
+        # changes, copies), so one slow answer on a loaded machine is no failure.
+        wait_until(partial(answers_ready, other_port), timeout=20,
+                   what=f"{other} ready after the restart")  # fmt: skip
+        assert up.pid(other) == survivors[other], f"{other} was restarted too"
     assert up.running(), up.tails()
     match = report.search(up.stderr()[earlier:])
     assert match is not None

@@ -1,5 +1,6 @@
-"""Small HTTP helpers shared by the coordinator tests: the public API through a client, and
-the nodes' and coordinators' APIs by URL for the tests with real processes."""
+"""Small helpers shared by the coordinator tests: the public API through a client, the
+nodes' and coordinators' APIs by URL for the tests with real processes, and a
+transaction's row read straight from the database."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 
 from tests.support.processes import wait_until
 
@@ -86,3 +88,16 @@ def wait_state(url: str, tid: str, state: str, timeout: float) -> float:
 def leaders(url: str, topic: str) -> dict[int, int]:
     answer = httpx.get(f"{url}/v1/topics/{topic}", timeout=10).json()
     return {p["partition"]: p["leader"]["node_id"] for p in answer["partitions"]}
+
+
+def transaction_row(database_url: str, tid: str) -> dict[str, Any]:
+    """The ``transactions`` row of ``tid``, as the database holds it now."""
+    engine = sa.create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                sa.text("SELECT * FROM transactions WHERE transactional_id = :t"), {"t": tid}
+            ).one()
+            return dict(row._mapping)
+    finally:
+        engine.dispose()

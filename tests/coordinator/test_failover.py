@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from tests.coordinator.helpers import committed_values, leaders, produce, state_of, wait_state
 from tests.support.cluster import Cluster, ClusterFactory
+from tests.support.leases import tid_owned_by, wait_balanced
 from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.slow
@@ -19,12 +20,14 @@ LEASE_MS = 3000
 
 
 def two_coordinators(cluster_factory: ClusterFactory, *flags: str) -> Cluster:
-    """Real nodes (fsync on) verifying with the second coordinator; the first one starts
-    first and so takes every lease."""
-    return cluster_factory(
+    """Real nodes (fsync on) verifying with the second coordinator; the leases shared
+    evenly between the two before the test begins."""
+    cluster = cluster_factory(
         database="postgres", coordinators=2, entry=1, fsync=True, fast_loops=False,
         lease_ms=LEASE_MS, coordinator_flags=flags,
     )
+    wait_balanced(cluster.coordinators)
+    return cluster
 
 
 def _owner(url: str, tid: str) -> str:
@@ -37,7 +40,7 @@ def test_survivor_completes_a_commit_whose_owner_was_killed_before_its_markers(
 ) -> None:
     cluster = two_coordinators(cluster_factory)
     a, b = cluster.coordinators
-    tid = "killed-owner"
+    tid = tid_owned_by(a, "killed-owner")
     with httpx.Client(base_url=a.url, timeout=30) as ca:
         assert _owner(b.url, tid) == a.url
         ca.post("/v1/topics", json={"name": "orders", "partitions": 2}).raise_for_status()
@@ -87,10 +90,11 @@ def test_a_paused_ex_owner_cannot_change_any_row_after_it_lost_its_lease(
 ) -> None:
     cluster = two_coordinators(cluster_factory, "--expiry-scan-interval-ms", "200")
     a, b = cluster.coordinators
+    p1, p2, p3 = (tid_owned_by(a, name) for name in ("p1", "p2", "p3"))
     with httpx.Client(base_url=a.url, timeout=30) as ca:
         ca.post("/v1/topics", json={"name": "orders", "partitions": 2}).raise_for_status()
         ids: dict[str, tuple[int, int]] = {}
-        for tid in ("p1", "p2", "p3"):
+        for tid in (p1, p2, p3):
             body = ca.post(f"/v1/transactions/{tid}/init",
                            json={"transaction_timeout_ms": 1000}).json()
             ids[tid] = (body["producer_id"], body["producer_epoch"])
@@ -100,7 +104,7 @@ def test_a_paused_ex_owner_cannot_change_any_row_after_it_lost_its_lease(
             }).raise_for_status()
     a.pause()
     try:
-        wait_until(lambda: _owner(b.url, "p1") == b.url, timeout=LEASE_MS / 1000 + 10,
+        wait_until(lambda: _owner(b.url, p1) == b.url, timeout=LEASE_MS / 1000 + 10,
                    what="B to take over")
         # B now owns everything; its scan aborts the timed-out transactions it inherited.
         for tid in ids:
@@ -126,9 +130,9 @@ def test_a_paused_ex_owner_cannot_change_any_row_after_it_lost_its_lease(
     assert len(answers) == 3
     assert all(r.status_code != 200 for r in answers), [r.text for r in answers]
     # Let A's own loops run a while (renewal, expiry scan): still nothing may change.
-    wait_until(lambda: _owner(a.url, "p1") == b.url, timeout=5, what="A to see B")
+    wait_until(lambda: _owner(a.url, p1) == b.url, timeout=5, what="A to see B")
     assert _snapshot(cluster.database_url) == before
     # and B keeps serving
     with httpx.Client(base_url=b.url, timeout=30) as cb:
-        body = cb.post("/v1/transactions/p1/init", json={}).json()
-        assert body["producer_epoch"] > ids["p1"][1]
+        body = cb.post(f"/v1/transactions/{p1}/init", json={}).json()
+        assert body["producer_epoch"] > ids[p1][1]

@@ -7,23 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import sqlalchemy as sa
-
 from coordinator_service.clock import FakeClock
-from tests.coordinator.helpers import add, code, describe, end, init, ok, topic
+from tests.coordinator.helpers import add, code, describe, end, init, ok, topic, transaction_row
 from tests.support.coordinators import FakeNodes
-
-
-def _row(url: str, tid: str) -> dict[str, Any]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            row = conn.execute(
-                sa.text("SELECT * FROM transactions WHERE transactional_id = :t"), {"t": tid}
-            ).one()
-            return dict(row._mapping)
-    finally:
-        engine.dispose()
 
 
 def test_takeover_fences_the_ex_owner(
@@ -51,13 +37,13 @@ def test_takeover_fences_the_ex_owner(
         b_clock.advance(6_000)
         b.call(b.services.leases.run_round)
         assert len(b.services.leases.owned) == 50
-        before = _row(pg_url, "f")
+        before = transaction_row(pg_url, "f")
         assert before["coordinator_epoch"] == 1
 
         # A wakes up still believing it owns "f": its writes change nothing.
         response = end(ca, "f", pid, epoch, wait=False)
         assert code(response) == "NOT_COORDINATOR"
-        assert _row(pg_url, "f") == before
+        assert transaction_row(pg_url, "f") == before
         assert code(ca.post("/v1/transactions/g/init", json={})) in (
             "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE")
 
@@ -65,7 +51,7 @@ def test_takeover_fences_the_ex_owner(
         assert ok(end(cb, "f", pid, epoch))["state"] == "CompleteCommit"
         commits = [m for _n, m in fake_nodes.markers_for(pid) if m["result"] == "COMMIT"]
         assert commits and all(m["coordinator_epoch"] == 2 for m in commits)
-        assert _row(pg_url, "f")["coordinator_epoch"] == 2
+        assert transaction_row(pg_url, "f")["coordinator_epoch"] == 2
         found = ok(ca.get("/v1/coordinators", params={"key": "f"}))
         assert found["url"] == b.url
 

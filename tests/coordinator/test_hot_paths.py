@@ -16,7 +16,7 @@ from coordinator_service.clock import FakeClock
 from coordinator_service.transactions import state as st
 from coordinator_service.transactions.store import LeaseToken
 from eos_protocol.states import TransactionState
-from tests.coordinator.helpers import add, end, init, ok, topic
+from tests.coordinator.helpers import add, end, init, ok, topic, transaction_row
 from tests.support.coordinators import INTERNAL_TOKEN, InProcessCoordinator
 
 AUTH = {"Authorization": f"Bearer {INTERNAL_TOKEN}"}
@@ -88,17 +88,6 @@ def _records(coordinator: InProcessCoordinator, *tids: str) -> list[Any]:
     return [cache[st.txn_log_partition(t, 50)][t] for t in tids]
 
 
-def _db_row(url: str, tid: str) -> dict[str, Any]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as conn:
-            row = conn.execute(
-                sa.text("SELECT * FROM transactions WHERE transactional_id = :t"), {"t": tid}
-            ).one()
-            return dict(row._mapping)
-    finally:
-        engine.dispose()
-
 
 def _two_partitions(client: httpx.Client) -> tuple[str, str]:
     a = "batch-a"
@@ -128,7 +117,7 @@ def test_batched_writes_are_fenced_one_by_one(
             {"e": stolen.coordinator_epoch, "p": token_a.log_partition},
         )
     engine.dispose()
-    before_a = _db_row(pg_url, a)
+    before_a = transaction_row(pg_url, a)
     new_a = rec_a.replace(timeout_ms=1234, coordinator_epoch=token_a.coordinator_epoch)
     new_b = rec_b.replace(timeout_ms=4321, coordinator_epoch=token_b.coordinator_epoch)
 
@@ -136,8 +125,8 @@ def test_batched_writes_are_fenced_one_by_one(
         return await services.writer.write_many([(new_a, token_a, False), (new_b, token_b, False)])
 
     assert coordinator.call(both) == [False, True]
-    assert _db_row(pg_url, a) == before_a
-    assert _db_row(pg_url, b)["timeout_ms"] == 4321
+    assert transaction_row(pg_url, a) == before_a
+    assert transaction_row(pg_url, b)["timeout_ms"] == 4321
 
 
 def test_concurrent_writes_share_transactions_and_a_failure_stays_its_own(
@@ -169,9 +158,9 @@ def test_concurrent_writes_share_transactions_and_a_failure_stays_its_own(
     results = coordinator.call(lambda: many(7000, True))
     assert isinstance(results[0], Exception)
     assert results[1:] == [True] * (len(recs) - 1)
-    assert _db_row(pg_url, tids[0])["timeout_ms"] == 5000
+    assert transaction_row(pg_url, tids[0])["timeout_ms"] == 5000
     for i, tid in enumerate(tids[1:], start=1):
-        assert _db_row(pg_url, tid)["timeout_ms"] == 7000 + i
+        assert transaction_row(pg_url, tid)["timeout_ms"] == 7000 + i
 
 
 def test_verification_from_memory_only_while_the_lease_is_live(

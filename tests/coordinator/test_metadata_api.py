@@ -90,7 +90,7 @@ def test_internal_producer_view(coordinator: Any) -> None:
         auth = {"Authorization": f"Bearer {INTERNAL_TOKEN}"}
         view = ok(c.get(path, headers=auth))
         assert view == {"producer_id": pid, "producer_epoch": epoch, "transactional_id": "v",
-                        "state": "Empty", "partitions": []}
+                        "state": "Empty", "partitions": [], "transaction_version": 1}
         ok(add(c, "v", pid, epoch, 1, 2))
         view = ok(c.get(path, headers=auth))
         assert view["state"] == "Ongoing"

@@ -14,6 +14,7 @@ from eos_cli.main import app
 from eos_cli.openapi_command import render_spec
 from eos_protocol import common as protocol_common
 from eos_protocol import coordinator as protocol_coordinator
+from eos_protocol import hanging as protocol_hanging
 from eos_protocol import node as protocol_node
 from eos_protocol.common import ErrorEnvelope
 from eos_protocol.errors import CATALOGUE
@@ -28,14 +29,16 @@ OPERATION_IDS = {
         "initTransactions", "addPartitionsToTxn", "addOffsetsToTxn", "commitTransaction",
         "abortTransaction", "describeTransaction", "listTransactions", "forceAbortTransaction",
         "findCoordinator", "createTopic", "describeTopic", "getMetadata", "allocateProducerId",
-        "getProducerTransaction", "health", "ready", "metrics", "listAcls", "createAcls",
-        "deleteAcls", "getAclSnapshot", "getLiveCoordinators",
+        "getProducerTransaction", "addProducerPartition", "health", "ready", "metrics",
+        "listAcls", "createAcls", "deleteAcls", "getAclSnapshot", "getLiveCoordinators",
+        "nodeHeartbeat", "alterPartition", "alterTopicConfig",
+        "listHangingTransactions", "abortHangingTransaction",
     },
     "node": {
         "produceRecords", "fetchRecords", "getPartitionOffsets", "describeProducers",
         "commitGroupOffsets", "commitTransactionalOffsets", "fetchGroupOffsets",
         "writeTxnMarkers", "createPartition", "listNodePartitions", "health", "ready",
-        "metrics",
+        "metrics", "replicaFetch", "epochEnd", "pushPartitionState", "listOpenTransactions",
     },
 }
 
@@ -126,7 +129,7 @@ def test_cli_writes_the_document(tmp_path: Any) -> None:
 
 def _wire_models() -> list[type[BaseModel]]:
     found: list[type[BaseModel]] = []
-    for module in (protocol_common, protocol_coordinator, protocol_node):
+    for module in (protocol_common, protocol_coordinator, protocol_node, protocol_hanging):
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, BaseModel) and value not in found:
                 found.append(value)

@@ -214,3 +214,47 @@ def test_a_pipelined_batch_overtaken_by_the_node_is_retried_even_after_its_elder
     assert again is b1 and not again.pipelined  # alone this time: a second error is real
     ok(acc, again, 1)
     assert [f.result().offset for f in (first, second)] == [0, 1]
+
+
+def test_the_window_counts_from_the_oldest_unacknowledged_batch() -> None:
+    """Answers come back out of order: with the first batch unanswered and the next four
+    acknowledged, a sixth batch would push the first out of the node's memory of five, and
+    the first one's retry would be refused as out of order instead of found a duplicate."""
+    acc = accumulator(linger_ms=0, batch_size=100)
+    add(acc, 7)
+    first, *rest = [batch for _ in range(5) for batch in drain(acc, 0)]
+    assert len(rest) == 4
+    for base, batch in enumerate(rest, start=1):
+        ok(acc, batch, base)
+    assert drain(acc, 0) == []  # the first is unresolved: nothing beyond the window
+    assert acc.failed(first, httpx.ReadTimeout("lost"), 0) is None
+    assert drain(acc, 50) == []  # still unresolved while it waits for its retry
+    (retry,) = drain(acc, 100)
+    assert retry is first
+    ok(acc, retry, 0, duplicate=True)
+    assert [len(b.records) for b in drain(acc, 100) + drain(acc, 100)] == [1, 1]
+
+
+def test_buffered_bytes_count_every_record_until_its_batch_ends_however_it_ends() -> None:
+    """The count behind ``buffer_memory``: records enter it when queued (one by one or as
+    a list), and leave it exactly once, with their batch, whether acknowledged, failed,
+    expired or dropped by an abort."""
+    acc = accumulator(linger_ms=0, batch_size=300, delivery_timeout_ms=1000)
+    add(acc, 6)  # three batches of two records
+    acc.extend(TP, None, ["y" * 100] * 4, None, None, [Future() for _ in range(4)], 0, 0,
+               until_new_batch=False)  # fmt: skip
+    per_record = 100 + 40
+    assert acc.buffered_bytes == 10 * per_record
+    first, second = drain(acc, 0) + drain(acc, 0)
+    ok(acc, first, 0)
+    assert acc.buffered_bytes == 8 * per_record
+    acc.failed(second, InvalidRecordError("bad"), 0)  # not retriable: failed for good
+    assert acc.buffered_bytes == 6 * per_record
+    (retried,) = drain(acc, 0)
+    acc.failed(retried, KafkaStorageError("disk"), 0)  # retriable: still buffered
+    assert acc.buffered_bytes == 6 * per_record
+    acc.drain(1000, lambda tp, most: 0, 1, 0)  # the delivery timeout expires them all
+    assert acc.buffered_bytes == 0
+    add(acc, 4)
+    assert not acc.abort_unsent(RuntimeError("aborted"))
+    assert acc.buffered_bytes == 0

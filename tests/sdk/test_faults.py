@@ -66,9 +66,13 @@ def test_produce_faults_never_duplicate_lose_or_reorder(
     _check_exactly_once_in_order(records, sent, keys)
 
 
-def test_lost_answers_of_coordinator_calls_are_retried(twin: Twin, cluster: Cluster) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_lost_answers_of_coordinator_calls_are_retried(
+    twin: Twin, cluster: Cluster, version: int
+) -> None:
     """AddPartitions, AddOffsets and EndTxn are idempotent: a retry after a lost answer is
-    answered as the first attempt was."""
+    answered as the first attempt was (under transaction version 2 there is no
+    AddPartitions, and the retried EndTxn answers the same bumped epoch)."""
     topic = cluster.create_topic(partitions=1)
     dropped: set[str] = set()
 
@@ -82,18 +86,27 @@ def test_lost_answers_of_coordinator_calls_are_retried(twin: Twin, cluster: Clus
 
     server = twin.faulty(plan)
     producer = twin.transactional_producer(
-        cluster.url, uid("tx"), retry=FAST, transport=server.transport(twin.kind)
+        cluster.url, uid("tx"), retry=FAST, transport=server.transport(twin.kind),
+        transaction_version=version,
     )
     producer.init_transactions()
+    epoch = producer.producer_epoch
     with producer.transaction():
         producer.send(topic, "once")
-    assert server.injected["drop"] == 2
-    assert [r.value for r in read_topic(cluster.url, topic, 1, expect=1)] == ["once"]
+    assert server.injected["drop"] == (2 if version == 1 else 1)
+    assert producer.producer_epoch == (epoch if version == 1 else epoch + 1)
+    with producer.transaction():
+        producer.send(topic, "twice")
+    assert [r.value for r in read_topic(cluster.url, topic, 1, expect=2)] == ["once", "twice"]
 
 
-def test_unknown_producer_id_aborts_then_bumps_the_epoch(twin: Twin, cluster: Cluster) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_unknown_producer_id_aborts_then_bumps_the_epoch(
+    twin: Twin, cluster: Cluster, version: int
+) -> None:
     """KIP-360: a sequence error makes the transaction abortable; the abort is followed by
-    an init that bumps the epoch and keeps the producer id, and the producer goes on."""
+    an init that bumps the epoch and keeps the producer id, and the producer goes on.
+    Under transaction version 2 every end bumps the epoch already: no init follows."""
     topic = cluster.create_topic(partitions=1)
     armed = {"on": False}
 
@@ -105,12 +118,13 @@ def test_unknown_producer_id_aborts_then_bumps_the_epoch(twin: Twin, cluster: Cl
 
     server = twin.faulty(plan)
     producer = twin.transactional_producer(
-        cluster.url, uid("tx"), retry=FAST, transport=server.transport(twin.kind)
+        cluster.url, uid("tx"), retry=FAST, transport=server.transport(twin.kind),
+        transaction_version=version,
     )
     producer.init_transactions()
-    pid, epoch = producer.producer_id, producer.producer_epoch
     with producer.transaction():
         producer.send(topic, "first")
+    pid, epoch = producer.producer_id, producer.producer_epoch
 
     armed["on"] = True
     producer.begin_transaction()

@@ -14,6 +14,7 @@ from eos_protocol.errors import (
     CoordinatorNotAvailableError,
     InternalError,
     KafkaStorageError,
+    LeaderNotAvailableError,
     UnstableOffsetCommitError,
 )
 from sdk import (
@@ -203,3 +204,14 @@ def test_a_stale_topic_keeps_its_partition_count() -> None:
     assert cache.leader(TopicPartition("t", 0)) is None  # looked up again before use
     cache.update_topic(info)
     assert cache.leader(TopicPartition("t", 1)) == "http://n2"
+
+    # A partition with no live leader (an election under way) shows an empty URL: the
+    # lookup says LEADER_NOT_AVAILABLE, retriable, and asks the coordinator again next time.
+    leaderless = {"name": "t", "partitions": [
+        {"partition": 0, "leader": {"node_id": -1, "url": ""}},
+        {"partition": 1, "leader": {"node_id": 2, "url": "http://n2"}},
+    ]}  # fmt: skip
+    cache.update_topic(leaderless)
+    with pytest.raises(LeaderNotAvailableError):
+        cache.leader(TopicPartition("t", 0))
+    assert cache.leader(TopicPartition("t", 1)) is None, "the topic is looked up again"

@@ -85,8 +85,13 @@ def state(core: ProducerCore) -> ProducerState:
     return core.state
 
 
-def new_core(transactional_id: str | None = "tid") -> ProducerCore:
-    config = ProducerConfig("http://c", transactional_id=transactional_id, linger_ms=0)
+def new_core(transactional_id: str | None = "tid", transaction_version: int = 1) -> ProducerCore:
+    """A core of the older flow (add-partitions) unless asked for version 2, which
+    ``test_txn_version2.py`` covers."""
+    config = ProducerConfig(
+        "http://c", transactional_id=transactional_id, linger_ms=0,
+        transaction_version=transaction_version,
+    )
     core = ProducerCore(config, batch_future=Future)
     core.metadata.txn_coordinator = "http://coord"
     return core

@@ -1,6 +1,7 @@
 """Fixtures of the Spark tests: the real cluster shared by the session (a coordinator on
-SQLite and two storage nodes verifying transactional batches with it, the SDK tests'
-cluster), and one local SparkSession per test module.
+SQLite and three storage nodes verifying transactional batches with it, every topic with
+three replicas: the pipeline runs on replicated partitions, acks=all), and one local
+SparkSession per test module.
 
 The session's master is ``local[2,4]``: two task slots, and a task may fail three times
 before its job fails, so a planted fault on a first attempt is retried, as on a cluster.
@@ -13,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import Cluster, ClusterFactory
+from tests.support.cluster import Cluster, ClusterFactory, ClusterSpec
 
 pyspark = pytest.importorskip("pyspark")
 
+SPARK_CLUSTER = ClusterSpec(nodes=3, replication_factor=3)
 SPARK_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -30,7 +32,7 @@ SPARK_CONF = {
 
 @pytest.fixture(scope="session")
 def cluster(session_cluster_factory: ClusterFactory) -> Cluster:
-    return session_cluster_factory.shared()
+    return session_cluster_factory.shared(SPARK_CLUSTER)
 
 
 def make_spark(**extra: str) -> Any:

@@ -66,12 +66,14 @@ def _job(
     fault: FaultHook | None = None,
     partitions: int = 2,
     batch: int = 100,
+    write_batch: int = 10_000,
 ) -> tuple[list[str], str, PipelineConfig, PipelineStats]:
     source = cluster.create_topic(partitions=partitions, prefix="in")
     sink = cluster.create_topic(partitions=partitions, prefix="out")
     values = produce_numbers(cluster.url, source, INPUT)
     config = PipelineConfig(
-        cluster.url, uid("app"), source, transactional=transactional, max_batch_records=batch
+        cluster.url, uid("app"), source, transactional=transactional, max_batch_records=batch,
+        write_batch_records=write_batch,
     )
     stats = run_pipeline(spark, config, transform=tag_to(sink), fault=fault)
     return values, sink, config, stats
@@ -99,6 +101,21 @@ def test_a_task_raising_mid_write_is_retried_without_effect(
     assert report.ok, report
     written = read_all(cluster.url, sink, isolation_level="read_uncommitted")
     assert len(written) > INPUT, "the failed attempt's output reached the node (aborted)"
+
+
+def test_a_task_failing_after_many_write_batches_is_retried_without_effect(
+    spark: Any, cluster: Cluster
+) -> None:
+    """Batches of 7 records: the failed attempt has several acknowledged batches of its
+    transaction on the node (both partitions fail once), and the retry, numbering its
+    batches from 0 again under a new epoch, is neither refused nor duplicated."""
+    values, sink, config, _ = _job(
+        spark, cluster, fault=FailFirstAttempt(after=45, partitions=(0, 1)), write_batch=7
+    )
+    report = _exactly_once(values, sink, config)
+    assert report.ok, report
+    written = read_all(cluster.url, sink, isolation_level="read_uncommitted")
+    assert len(written) >= INPUT + 2 * 45, "both failed attempts' batches reached the node"
 
 
 def test_the_at_least_once_job_duplicates_under_the_same_fault(

@@ -1,5 +1,6 @@
 """The pieces that need no cluster: transforms by name, the sample's enrichment and
-routing, the checker's arithmetic and the writer's deterministic batches."""
+routing, the checker's arithmetic, the writer's deterministic batches and the task
+reader's decoding of fetch answers."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from sdk import ConsumerRecord
 from spark_jobs.check import compare
 from spark_jobs.examples import events
+from spark_jobs.reader import decode_records
 from spark_jobs.transforms import OutputRecord, build_transform, parse_options
 from spark_jobs.writer import WriteOptions, _batches
 
@@ -55,3 +57,25 @@ def test_batches_are_cut_the_same_way_every_time() -> None:
     options = WriteOptions(batch_records=40, batch_bytes=2000)
     cuts = [[len(b) for b in _batches(records, options)] for _ in range(2)]
     assert cuts[0] == cuts[1] and sum(cuts[0]) == 500 and max(cuts[0]) <= 40
+
+
+def test_fetch_answers_decode_into_consumer_records() -> None:
+    """Text answers take the one-pass path, an answer with a base64 record the other;
+    both give the records a consumer gives (bytes for base64), cut at the range's end."""
+    raw: list[dict[str, object]] = [
+        {"offset": i, "key": f"k{i}", "value": f"v{i}", "headers": {"h": "1"} if i == 3 else {},
+         "timestamp_ms": 1000 + i, "encoding": "utf8"}
+        for i in range(10)
+    ]
+    expected = [
+        ConsumerRecord("t", 2, i, f"k{i}", f"v{i}", {"h": "1"} if i == 3 else {}, 1000 + i)
+        for i in range(10)
+    ]
+    assert decode_records("t", 2, {"records": raw, "next_offset": 10}, 100) == expected
+    assert decode_records("t", 2, {"records": raw, "next_offset": 10}, 4) == expected[:4]
+    binary: dict[str, object] = {
+        "offset": 10, "key": None, "value": "AP8=", "headers": {}, "timestamp_ms": 7,
+        "encoding": "base64",
+    }
+    mixed = decode_records("t", 2, {"records": [*raw, binary], "next_offset": 11}, 100)
+    assert mixed == [*expected, ConsumerRecord("t", 2, 10, None, b"\x00\xff", {}, 7)]

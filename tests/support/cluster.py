@@ -70,6 +70,7 @@ class ClusterSpec:
     log_level: str = "warning"
     node_flags: tuple[str, ...] = ()
     coordinator_flags: tuple[str, ...] = ()
+    replication_factor: int | None = None  # the coordinators' default (None: 1)
 
 
 class Cluster(LocalCluster):
@@ -104,6 +105,7 @@ class Cluster(LocalCluster):
             acl_refresh_ms=ACL_REFRESH_MS if spec.auth else None, tls=tls, fsync=spec.fsync,
             group_offset_partitions=spec.group_offset_partitions, node_flags=node_flags,
             coordinator_flags=[*coordinator_flags, *spec.coordinator_flags], own_session=False,
+            default_replication_factor=spec.replication_factor,
         )  # fmt: skip
         self.node_proxy: FaultProxy | None = None
         self.coordinator_proxy: FaultProxy | None = None
@@ -136,6 +138,10 @@ class Cluster(LocalCluster):
             return self.coordinator_url(self.spec.entry)
         count = len(self._plan.coordinator_urls)
         return ",".join(self.coordinator_url(index + i) for i in range(count))
+
+    def every_coordinator(self) -> str:
+        """Every coordinator, comma-separated, whatever the entry: a full bootstrap list."""
+        return ",".join(self._plan.coordinator_urls)
 
     def bootstrap(self, index: int = 0) -> str:
         """What a client starts from; spread clients over the coordinators by index."""

@@ -11,6 +11,9 @@ the whole answer (so the server *has* applied it):
 * **drop** it: close the client's connection without a byte of the answer, which the
   client sees as a lost connection with the outcome unknown.
 
+With ``cut_rate`` it may instead **cut** the request: close the client's connection
+without forwarding it, so the server never sees it (a network partition).
+
 Everything else is passed through untouched, so clients that learn the proxy's URL from
 the cluster metadata keep working. The proxy runs an asyncio loop on a thread of the test
 process; the plan can be changed while it runs and every decision is counted.
@@ -38,6 +41,7 @@ class FaultPlan:
     delay_rate: float = 0.0
     delay_s: float = 0.0
     drop_rate: float = 0.0
+    cut_rate: float = 0.0  # requests never forwarded
 
 
 NO_FAULTS = FaultPlan()
@@ -145,6 +149,8 @@ class FaultProxy:
             return None
         if not any(path.decode("latin-1").startswith(p) for p in plan.paths):
             return None
+        if plan.cut_rate and self._rng.random() < plan.cut_rate:
+            return "cut"
         roll = self._rng.random()
         if roll < plan.drop_rate:
             return "drop"
@@ -162,6 +168,9 @@ class FaultProxy:
                 request = await _read_message(client_r, request_method=None)
                 method = request.split(b" ", 1)[0].decode("latin-1")
                 action = self._decide(request)
+                if action == "cut":
+                    self.counts["cut"] += 1
+                    return  # the server never hears of it
                 upstream_w.write(request)
                 await upstream_w.drain()
                 answer = await _read_message(upstream_r, request_method=method)

@@ -19,7 +19,9 @@ each worker writes them (test id -> group) to the file named by ``EOS_TEST_GROUP
 which the controller made before starting them, and the scheduler reads it once every
 worker has collected (xdist checks that they all collected the same tests). The largest
 scopes are handed out first (``loadscope``'s reordering), so the long lanes start at
-once and the single tests fill the gaps around them.
+once and the single tests fill the gaps around them; a lane of ``FIRST_LANES`` (the
+ten-minute retention soak) goes before all of them, so that it runs beside the rest of
+the suite instead of after it.
 
 Registered as a plugin by ``tests/conftest.py``, which the controller loads (a package's
 own conftest is not: the controller collects nothing).
@@ -38,6 +40,8 @@ from xdist.scheduler import LoadScopeScheduling
 
 ENV = "EOS_TEST_GROUPS"
 _FILE = pytest.StashKey[Path]()  # the controller's groups file
+#: Lanes that alone take longer than the rest of the suite on one worker: handed out first.
+FIRST_LANES = ("retention-soak",)
 
 
 def group_of(item: pytest.Item) -> str | None:
@@ -68,6 +72,12 @@ class GroupScheduling(LoadScopeScheduling):
             text = self._groups_file.read_text() if self._groups_file.exists() else "{}"
             self._groups = json.loads(text)
         return self._groups.get(nodeid, nodeid)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        for lane in FIRST_LANES:
+            if lane in self.workqueue:
+                self.workqueue.move_to_end(lane, last=False)
+        super()._assign_work_unit(node)
 
 
 def _is_worker(config: pytest.Config) -> bool:

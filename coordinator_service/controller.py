@@ -1,0 +1,280 @@
+"""The controller: the one coordinator instance that runs elections (design §7).
+
+Any instance may be the controller; the one holding the controller lease (the ``leases``
+row at ``CONTROLLER_LEASE``, taken and renewed like a transaction-log lease, its
+``coordinator_epoch`` the controller epoch) is. Every ``controller_interval_ms`` it reads
+the nodes' heartbeats and every partition's state, asks ``election.decide`` what to change
+and writes each change with a compare-and-set on the partition epoch, fenced by its lease:
+a controller that lost its lease, or raced another one or a leader's AlterPartition, writes
+nothing and reads again at the next round.
+
+Nodes never heard from count as alive during the first session timeout after this
+instance became controller, so a fresh cluster (or a coordinator upgraded before its
+nodes send heartbeats) does not elect before the nodes have had a chance to report.
+
+One partition that cannot be handled — a row that does not read, a write the database
+refuses — is set aside (logged once, counted in
+``eos_coordinator_background_entries_set_aside_total{loop="controller"}``) and the round
+goes on with the others.
+
+Each new state is also pushed to the partition's replicas (``state_push.py``), so they
+act on it before their next heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from coordinator_service.clock import Clock
+from coordinator_service.db.engine import Database, serialize_first_start
+from coordinator_service.db.schema import CONTROLLER_LEASE, leases
+from coordinator_service.election import Change, decide, prefer
+from coordinator_service.leases import release_lease
+from coordinator_service.metrics import CoordinatorMetrics
+from coordinator_service.partition_state import (
+    ControllerFence,
+    Liveness,
+    PartitionKey,
+    StoredPartition,
+    compare_and_set,
+    read_heartbeats,
+    read_states,
+)
+from eos_protocol.replication import NO_LEADER
+
+log = logging.getLogger("eos.coordinator.controller")
+
+
+def ensure_controller_row(conn: Connection) -> None:
+    """The migration makes the row; this only repairs a database where it was deleted."""
+    serialize_first_start(conn)
+    found = conn.execute(
+        sa.select(leases.c.log_partition).where(leases.c.log_partition == CONTROLLER_LEASE)
+    ).first()
+    if found is None:
+        conn.execute(leases.insert().values(log_partition=CONTROLLER_LEASE))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one round reads: heartbeats and partition states (and the rows that do not
+    read)."""
+
+    heartbeats: dict[int, int]
+    states: list[StoredPartition]
+    bad: dict[PartitionKey, str]
+
+
+def read_snapshot(conn: Connection) -> Snapshot:
+    states, bad = read_states(conn)
+    return Snapshot(read_heartbeats(conn), states, bad)
+
+
+class Controller:
+    """Holds (or waits for) the controller lease and runs the elections while it does."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        instance_id: str,
+        url: str,
+        node_id: int,
+        clock: Clock,
+        lease_ms: int,
+        session_timeout_ms: int,
+        interval_ms: int,
+        rebalance_interval_ms: int = 30_000,
+        metrics: CoordinatorMetrics | None = None,
+        on_change: Callable[[], None] | None = None,
+        on_state: Callable[[StoredPartition], None] | None = None,
+    ) -> None:
+        self._db = db
+        self.instance_id = instance_id
+        self._url = url
+        self._node_id = node_id
+        self._clock = clock
+        self._lease_ms = lease_ms
+        self._renew_every_ms = max(lease_ms // 3, 1)
+        self.session_timeout_ms = session_timeout_ms
+        self._interval_s = interval_ms / 1000
+        self._rebalance_every_ms = rebalance_interval_ms
+        self._rebalanced_ms: int | None = None  # the last preferred-leader pass
+        self.metrics = metrics or CoordinatorMetrics()
+        self._on_change = on_change
+        self._on_state = on_state or (lambda _state: None)
+        self.epoch: int | None = None  # the controller epoch while this instance holds it
+        self.since_ms = 0  # when this instance became controller
+        self._renewed_ms = 0
+        self._reported: set[PartitionKey] = set()
+
+    # --- the lease -----------------------------------------------------------------------
+
+    def _hold(self, conn: Connection, now: int) -> int | None:
+        """Renew our lease or take a free one; the controller epoch we hold, or None."""
+        if self.epoch is not None:
+            renewed = conn.execute(
+                leases.update()
+                .where(
+                    leases.c.log_partition == CONTROLLER_LEASE,
+                    leases.c.owner == self.instance_id,
+                    leases.c.coordinator_epoch == self.epoch,
+                )
+                .values(expires_at_ms=now + self._lease_ms)
+            )
+            return self.epoch if renewed.rowcount == 1 else None
+        row = conn.execute(
+            sa.select(leases.c.coordinator_epoch, leases.c.owner, leases.c.expires_at_ms)
+            .where(leases.c.log_partition == CONTROLLER_LEASE)
+        ).first()
+        if row is None or (row.owner is not None and row.expires_at_ms > now):
+            return None
+        taken = conn.execute(
+            leases.update()
+            .where(
+                leases.c.log_partition == CONTROLLER_LEASE,
+                leases.c.coordinator_epoch == row.coordinator_epoch,
+            )
+            .values(
+                owner=self.instance_id, owner_url=self._url, owner_node_id=self._node_id,
+                coordinator_epoch=row.coordinator_epoch + 1, expires_at_ms=now + self._lease_ms,
+            )
+        )
+        return int(row.coordinator_epoch) + 1 if taken.rowcount == 1 else None
+
+    async def hold_lease(self) -> bool:
+        """Whether this instance is the controller now (renewing every third of the lease
+        time, taking the lease once it is free)."""
+        now = self._clock.now_ms()
+        if self.epoch is not None and now - self._renewed_ms < self._renew_every_ms:
+            return True
+        before = self.epoch
+        self.epoch = await self._db.run(self._hold, now)
+        if self.epoch is None:
+            if before is not None:
+                log.warning("no longer the controller (epoch %d)", before)
+            return False
+        self._renewed_ms = now
+        if before != self.epoch:
+            self.since_ms = now
+            log.info("controller at epoch %d", self.epoch)
+        return True
+
+    async def release(self) -> None:
+        """On a clean shutdown: let another instance take over at its next round."""
+        epoch, self.epoch = self.epoch, None
+        if epoch is None:
+            return
+
+        await self._db.run(release_lease, CONTROLLER_LEASE, self.instance_id, epoch)
+
+    # --- a round -------------------------------------------------------------------------
+
+    def liveness(self, heartbeats: dict[int, int], now: int) -> Liveness:
+        return Liveness(
+            heartbeats, now, self.session_timeout_ms,
+            unknown_alive=now - self.since_ms < self.session_timeout_ms,
+        )
+
+    async def run_once(self) -> int:
+        """One round if this instance is the controller; returns the changes written."""
+        if not await self.hold_lease():
+            return 0
+        snapshot = await self._db.run(read_snapshot)
+        now = self._clock.now_ms()
+        for key, reason in snapshot.bad.items():
+            self._set_aside(key, f"unreadable row: {reason}")
+        liveness = self.liveness(snapshot.heartbeats, now)
+        assert self.epoch is not None
+        fence = ControllerFence(self.instance_id, self.epoch, now)
+        written = 0
+        states: list[StoredPartition] = []
+        rebalance = self._rebalance_due(now)
+        for state in snapshot.states:
+            try:
+                change = decide(state, liveness.alive)
+                if change is None and rebalance:
+                    change = prefer(state, liveness.alive)
+                if change is not None and await self.apply(state, change, fence):
+                    state = state.changed(change.leader, change.isr)
+                    written += 1
+                self._reported.discard(state.key)
+            except Exception as exc:  # one partition must not stop the others
+                self._set_aside(state.key, f"{type(exc).__name__}: {exc}")
+            states.append(state)
+        self._gauges(states, liveness)
+        if written and self._on_change is not None:
+            self._on_change()
+        return written
+
+    def _rebalance_due(self, now: int) -> bool:
+        """Whether this round also moves leaders back to their preferred replicas: every
+        ``rebalance_interval_ms`` (0: never), not before one interval as controller, so
+        that a node just back has caught up first."""
+        if self._rebalance_every_ms <= 0:
+            return False
+        if self._rebalanced_ms is None:
+            self._rebalanced_ms = now
+        if now - self._rebalanced_ms < self._rebalance_every_ms:
+            return False
+        self._rebalanced_ms = now
+        return True
+
+    async def apply(self, state: StoredPartition, change: Change, fence: ControllerFence) -> bool:
+        """Write one change (compare-and-set, fenced); False when the row moved first."""
+        after = await self._db.run(compare_and_set, state, change.leader, change.isr, fence)
+        if after is None:
+            return False
+        self._on_state(after)
+        m = self.metrics
+        if change.removed:
+            m.isr_shrinks.inc()
+        if change.elected(state):
+            kind = "unclean" if change.unclean else "clean"
+            if state.leader != NO_LEADER and not change.removed and set(change.isr) == set(
+                state.isr
+            ):
+                kind = "preferred"
+            m.leader_elections.labels(kind=kind).inc()
+        log.warning(
+            "partition %s/%d: leader %d -> %d (leader epoch %d), ISR %s -> %s%s",
+            state.topic, state.partition, state.leader, after.leader, after.leader_epoch,
+            list(state.isr), list(after.isr), " (unclean election)" if change.unclean else "",
+            extra={"topic": state.topic, "partition": state.partition,
+                   "leader": after.leader, "leader_epoch": after.leader_epoch},
+        )
+        return True
+
+    def _gauges(self, states: list[StoredPartition], liveness: Liveness) -> None:
+        def offline(s: StoredPartition) -> bool:
+            if s.leader == NO_LEADER:
+                return True
+            # a node that has never sent a heartbeat (an older node) is not judged
+            return liveness.heard_from(s.leader) and not liveness.alive(s.leader)
+
+        self.metrics.offline_partitions.set(sum(1 for s in states if offline(s)))
+        self.metrics.under_replicated_partitions.set(sum(1 for s in states if s.under_replicated))
+
+    def _set_aside(self, key: PartitionKey, reason: str) -> None:
+        """Report a partition once (not at every round) until it is handled again."""
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        self.metrics.set_aside.labels(loop="controller").inc()
+        log.error("controller: partition %s/%d set aside (%s); the others go on",
+                  key[0], key[1], reason,
+                  extra={"topic": key[0], "partition": key[1], "reason": reason})
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception:  # the database may be away for a while: try again next round
+                log.exception("controller round failed")
+            await asyncio.sleep(self._interval_s)

@@ -1,0 +1,332 @@
+"""The partition reconciler: creates each placed partition on every one of its replicas.
+
+A topic's partitions are recorded in ``topic_partitions`` first; the coordinator then asks
+each replica's node to create them (``PUT /internal/v1/partitions/...``, idempotent). Nodes
+may be down or not yet started when a partition is placed, so ``created_replicas`` records
+which replicas have it, and the reconciler keeps trying the others; ``created_on_node``
+becomes true once every replica has it.
+
+The reconciler tells a node that is *away* from a node that *refuses*. Away — no
+connection, a timeout, a 5xx/503 answer, or credentials the node does not take — is the
+node's state: the rest of that node's partitions wait for a later round. Refused — a 4xx
+answer in the error envelope, or a name no URL can carry (``eos_protocol.paths.segment``
+refuses ``..`` before anything is sent) — is the partition's state: the reason is logged,
+counted and stored in ``topic_partitions.creation_error`` (describe shows it), the round
+goes on with the other partitions, and that partition is tried again only every
+``REFUSED_RETRY_S`` (and once after each start), or at the next round once an operator
+clears its ``creation_error``. A topic named ``..``, written by a version that still
+accepted it, once stopped every partition created after it: each round stopped at it.
+
+Two instances may record the same partition's replicas at once; one may then write a list
+missing the other's replica. That replica is asked again at a later round, which is
+harmless: creation is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import httpx
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from coordinator_service.db.engine import Database
+from coordinator_service.db.schema import topic_partitions
+from coordinator_service.metrics import CoordinatorMetrics
+from coordinator_service.partition_state import PartitionKey, decode_ids, encode_ids
+from eos_protocol.common import ErrorEnvelope, read_answer_json
+from eos_protocol.errors import InvalidRequestError
+from eos_protocol.paths import join
+from eos_server.internal import internal_headers
+
+log = logging.getLogger("eos.coordinator.metadata")
+
+TP = topic_partitions
+
+#: How often a partition a node refused is tried again (besides once after each start).
+REFUSED_RETRY_S = 300.0
+#: Answers that say the node cannot serve now, whatever the partition: try again later.
+_AWAY_STATUSES = frozenset({401, 403, 408, 425, 429})
+
+
+class Placed(NamedTuple):
+    """A ``topic_partitions`` row not yet created on all its replicas."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    created: frozenset[int]
+    error: str | None
+
+    @property
+    def missing(self) -> list[int]:
+        return [r for r in self.replicas if r not in self.created]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What asking a node to create one partition came to: created, refused (``refusal``
+    says why, and it is the partition's problem) or neither (``away`` says why, and it
+    is the node's problem)."""
+
+    created: bool = False
+    refusal: str | None = None
+    away: str | None = None
+
+
+def judge(status: int, content: bytes) -> Attempt:
+    """Read a node's answer to ``PUT /internal/v1/partitions/{topic}/{partition}``.
+
+    Only a 4xx carrying the error envelope is the node's verdict on this partition; 5xx,
+    timeouts and throttling are transient, 401/403 mean the node refuses this coordinator
+    altogether, and an answer without the envelope did not come from a storage node.
+    """
+    if status == 200:
+        return Attempt(created=True)
+    if status < 400 or status >= 500 or status in _AWAY_STATUSES:
+        return Attempt(away=f"HTTP {status}")
+    try:
+        error = read_answer_json(ErrorEnvelope, content).error
+    except ValueError:
+        return Attempt(away=f"HTTP {status} without the error envelope")
+    return Attempt(refusal=f"{error.code} (HTTP {status}): {error.message}")
+
+
+def _ids(text: str | None, own: int) -> tuple[int, ...]:
+    """A list of node ids; an empty or unreadable one as ``(own,)``, the leader alone."""
+    try:
+        return decode_ids(text) or (own,)
+    except ValueError:
+        return (own,)
+
+
+def _created(text: str | None) -> set[int]:
+    """The replicas recorded as having the partition; unreadable: none (asked again)."""
+    try:
+        return set(decode_ids(text))
+    except ValueError:
+        return set()
+
+
+def pending_rows(conn: Connection, topic: str | None) -> list[Placed]:
+    """The partitions not yet created on all their replicas (of one topic, or of all)."""
+    query = sa.select(
+        TP.c.topic, TP.c.partition, TP.c.node_id, TP.c.replicas, TP.c.created_replicas,
+        TP.c.creation_error,
+    ).where(TP.c.created_on_node == sa.false())
+    if topic is not None:
+        query = query.where(TP.c.topic == topic)
+    placed = []
+    for r in conn.execute(query):
+        placed.append(
+            Placed(r.topic, r.partition, _ids(r.replicas, r.node_id),
+                   frozenset(_created(r.created_replicas)), r.creation_error)
+        )
+    return placed
+
+
+def record_attempts(
+    conn: Connection, created: dict[PartitionKey, set[int]], refused: dict[PartitionKey, str]
+) -> set[PartitionKey]:
+    """Store what a round found; returns the partitions now created on every replica
+    (they lose any old refusal)."""
+    complete: set[PartitionKey] = set()
+    for (topic, partition), nodes in created.items():
+        row = conn.execute(
+            sa.select(TP.c.node_id, TP.c.replicas, TP.c.created_replicas).where(
+                TP.c.topic == topic, TP.c.partition == partition
+            )
+        ).first()
+        if row is None:
+            continue
+        replicas = _ids(row.replicas, row.node_id)
+        have = _created(row.created_replicas) | nodes
+        done = set(replicas) <= have
+        values: dict[str, object] = {
+            "created_replicas": encode_ids(sorted(have)), "created_on_node": done,
+        }
+        if done:
+            values["creation_error"] = None
+            complete.add((topic, partition))
+        conn.execute(
+            TP.update().where(TP.c.topic == topic, TP.c.partition == partition).values(**values)
+        )
+    for (topic, partition), reason in refused.items():
+        conn.execute(
+            TP.update()
+            .where(
+                TP.c.topic == topic,
+                TP.c.partition == partition,
+                TP.c.created_on_node == sa.false(),
+            )
+            .values(creation_error=reason)
+        )
+    return complete
+
+
+#: Told of each partition's creation state after a round: (key, created, refusal).
+CreationListener = Callable[[PartitionKey, bool, str | None], None]
+
+
+class Reconciler:
+    """Asks the replicas' nodes for the partitions they lack, round after round."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        nodes: dict[int, str],
+        client: httpx.AsyncClient,
+        internal_token: str | None,
+        interval_ms: int,
+        metrics: CoordinatorMetrics,
+        on_state: CreationListener,
+    ) -> None:
+        self._db = db
+        self._nodes = nodes
+        self._client = client
+        self._token = internal_token
+        self._interval_s = interval_ms / 1000
+        self.metrics = metrics
+        self._on_state = on_state
+        self.refused_retry_s = REFUSED_RETRY_S
+        # monotonic time this instance last asked for a refused partition
+        self._refused_tried: dict[PartitionKey, float] = {}
+        # Partitions a round is asking their nodes for now; the event is set once the
+        # round has recorded the answers.
+        self.in_flight: dict[PartitionKey, asyncio.Event] = {}
+        self._node_trouble: dict[int, str] = {}
+
+    async def _create_on_node(
+        self, topic: str, partition: int, node_id: int, replicas: tuple[int, ...]
+    ) -> Attempt:
+        base = self._nodes.get(node_id)
+        if base is None:
+            return Attempt(refusal=f"node {node_id} is not among this coordinator's nodes")
+        try:
+            url = join(base, "internal", "v1", "partitions", topic, partition)
+        except InvalidRequestError as exc:  # no URL can name it: no node will ever hold it
+            return Attempt(refusal=f"{exc.code}: {exc.message}")
+        try:
+            # The replicas tell a node of a replicated partition to wait for the
+            # controller's assignment rather than lead it alone in the meantime.
+            response = await self._client.put(
+                url, json={"replicas": list(replicas)}, headers=internal_headers(self._token)
+            )
+        except httpx.HTTPError as exc:
+            return Attempt(away=f"{type(exc).__name__}: {exc}")
+        return judge(response.status_code, response.content)
+
+    def _note_node(self, node_id: int, trouble: str | None) -> None:
+        """Log a node going away or coming back once, not at every round."""
+        before = self._node_trouble.get(node_id)
+        if trouble is None:
+            if before is not None:
+                del self._node_trouble[node_id]
+                log.info("node %d takes partition creations again", node_id)
+        elif before is None:
+            self._node_trouble[node_id] = trouble
+            log.warning("node %d cannot create partitions now (%s); trying again later",
+                        node_id, trouble, extra={"node_id": node_id, "reason": trouble})
+
+    async def _one_node(
+        self, node_id: int, rows: list[Placed]
+    ) -> list[tuple[Placed, int, Attempt]]:
+        """Ask one node for its partitions in order; stop at the first sign it is away
+        (the rest wait for a later round), but never at a refusal."""
+        answers: list[tuple[Placed, int, Attempt]] = []
+        for row in rows:
+            attempt = await self._create_on_node(row.topic, row.partition, node_id, row.replicas)
+            if attempt.away is not None:
+                self._note_node(node_id, attempt.away)
+                break
+            self._note_node(node_id, None)
+            answers.append((row, node_id, attempt))
+        return answers
+
+    def _due(self, row: Placed, now: float) -> bool:
+        if row.error is None:
+            return True
+        tried = self._refused_tried.get((row.topic, row.partition))
+        return tried is None or now - tried >= self.refused_retry_s
+
+    async def reconcile_once(self, topic: str | None = None) -> int:
+        """Create on their replicas the partitions not yet created there (of ``topic``
+        only, when given); returns how many are still missing, refused ones left out."""
+        rows = await self._db.run(pending_rows, topic)
+        now = time.monotonic()
+        by_node: dict[int, list[Placed]] = {}
+        claimed: set[PartitionKey] = set()
+        # never-refused partitions first: a refused one retried must not delay them
+        for row in sorted(rows, key=lambda r: (r.error is not None, r.topic, r.partition)):
+            key = (row.topic, row.partition)
+            if key not in self.in_flight and self._due(row, now):
+                claimed.add(key)
+                for node in row.missing:
+                    by_node.setdefault(node, []).append(row)
+        claim = asyncio.Event()
+        self.in_flight.update(dict.fromkeys(claimed, claim))
+        try:
+            return await self._ask_nodes(topic, rows, by_node, now)
+        finally:
+            for key in claimed:
+                del self.in_flight[key]
+            claim.set()
+
+    async def _ask_nodes(
+        self, topic: str | None, rows: list[Placed], by_node: dict[int, list[Placed]], now: float
+    ) -> int:
+        """The body of a reconcile round: ask, record the answers, count what is left."""
+        results = await asyncio.gather(*(self._one_node(n, rs) for n, rs in by_node.items()))
+        created: dict[PartitionKey, set[int]] = {}
+        refused: dict[PartitionKey, str] = {}
+        for row, node, attempt in (answer for answers in results for answer in answers):
+            key = (row.topic, row.partition)
+            if attempt.created:
+                created.setdefault(key, set()).add(node)
+            elif attempt.refusal is not None:
+                refused[key] = attempt.refusal
+                self._refused_tried[key] = now
+                self._report_refusal(row, node, attempt.refusal)
+        complete: set[PartitionKey] = set()
+        if created or refused:
+            complete = await self._db.run(record_attempts, created, refused)
+        state = {(r.topic, r.partition): r.error for r in rows}
+        for key in complete:
+            self._refused_tried.pop(key, None)
+            self._on_state(key, True, None)
+            del state[key]
+        for key, reason in refused.items():
+            if key in state:
+                self._on_state(key, False, reason)
+                state[key] = reason
+        if topic is None:
+            self.metrics.partitions_not_created.set(len(state))
+            self.metrics.partitions_refused.set(sum(1 for e in state.values() if e))
+        return sum(1 for error in state.values() if error is None)
+
+    def _report_refusal(self, row: Placed, node: int, reason: str) -> None:
+        self.metrics.partition_refusals.labels(node=str(node)).inc()
+        self.metrics.set_aside.labels(loop="reconciler").inc()
+        log.error(
+            "partition %s/%d was not created on node %d: %s; the other partitions go on, "
+            "this one is tried again in %.0f s",
+            row.topic, row.partition, node, reason, self.refused_retry_s,
+            extra={"topic": row.topic, "partition": row.partition, "node_id": node,
+                   "reason": reason},
+        )
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                if await self.reconcile_once() == 0:
+                    await asyncio.sleep(self._interval_s * 5)
+                    continue
+            except Exception:
+                log.exception("partition reconciliation failed")
+            await asyncio.sleep(self._interval_s)

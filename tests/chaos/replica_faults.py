@@ -1,0 +1,196 @@
+"""The faults of replicated partitions: three nodes, every topic with three replicas and
+a minimum of two in sync, and the copy workload's transactions running through them.
+
+* ``LeaderKill``: SIGKILL a node while it leads partitions; in-sync followers take over
+  (new leader epochs) and the node, restarted, catches up and rejoins every ISR;
+* ``NodeWipe``: SIGKILL a node, let its partitions fail over, delete its whole data
+  directory and start it empty: it copies every partition again, those it led included,
+  from the new leaders;
+* ``LeaderIsolation``: cut a node off from its followers and from the controller (its
+  followers' fetches and its heartbeats never arrive; it still takes client requests). It
+  must stop acknowledging acks=all writes — its high watermark does not move while it is
+  cut off — the controller elects other leaders, and once the cut is healed the node
+  follows them, cutting off what it wrote alone.
+
+Each waits for the cluster to be whole again (every partition led, every ISR full) before
+the next injection, and counts what happened, so a fault that did nothing fails its case.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import Any
+
+import httpx
+
+from tests.chaos.cluster import chaos_spec
+from tests.chaos.faults import Fault
+from tests.chaos.history import History
+from tests.chaos.workload import Workload, wait_for
+from tests.support.proxy import NO_FAULTS, FaultPlan
+
+# Leaders move back to their preferred replicas every second, so that a node that came
+# back leads again before the next injection.
+REPLICATED = {
+    "nodes": 3, "fsync": True, "replication_factor": 3,
+    "coordinator_flags": (*chaos_spec().coordinator_flags,
+                          "--leader-rebalance-interval-ms", "1000"),
+}  # fmt: skip
+INTERNAL_PREFIX = "/internal/v1/"
+
+
+def partition_states(workload: Workload) -> list[dict[str, Any]]:
+    """Every partition of both topics as the controller has it (with its topic)."""
+    states: list[dict[str, Any]] = []
+    with httpx.Client(timeout=5) as client:
+        for topic in (workload.input, workload.output):
+            answer = client.get(f"{workload.cluster.bootstrap().split(',')[0]}/v1/topics/{topic}")
+            answer.raise_for_status()
+            states += [{**p, "topic": topic} for p in answer.json()["partitions"]]
+    return states
+
+
+def whole(workload: Workload) -> bool:
+    """Every partition led by a live node, with every replica in sync."""
+    return all(
+        s["leader"]["node_id"] != -1 and sorted(s["isr"]) == sorted(s["replicas"])
+        for s in partition_states(workload)
+    )
+
+
+def led_by(workload: Workload, node_id: int) -> list[tuple[str, int]]:
+    """(topic, partition) of the partitions ``node_id`` leads."""
+    return [(s["topic"], s["partition"]) for s in partition_states(workload)
+            if s["leader"]["node_id"] == node_id]  # fmt: skip
+
+
+def busiest_leader(workload: Workload, k: int) -> int:
+    """The node leading most partitions (ties broken by ``k``, so injections rotate)."""
+    counts = {n: len(led_by(workload, n)) for n in range(1, 4)}
+    best = max(counts.values())
+    leaders = [n for n, c in counts.items() if c == best]
+    return leaders[k % len(leaders)]
+
+
+def failed_over(workload: Workload, node_id: int) -> bool:
+    states = partition_states(workload)
+    return all(s["leader"]["node_id"] not in (node_id, -1) for s in states)
+
+
+class ReplicatedFault(Fault):
+    """The base of the replicated faults: the cluster whole again after each injection."""
+
+    spec = chaos_spec(**REPLICATED)
+
+    def heal(self, workload: Workload) -> None:
+        started = time.monotonic()
+        wait_for("every partition led and every ISR full again", lambda: whole(workload),
+                 timeout=60)  # fmt: skip
+        self.counts["healed in ms (last)"] = int((time.monotonic() - started) * 1000)
+
+    def problems(self, workload: Workload, injections: int, history: History) -> list[str]:
+        found = super().problems(workload, injections, history)
+        if self.counts["elections"] < injections:
+            found.append(f"only {self.counts['elections']} elections in {injections} faults")
+        return found
+
+
+class LeaderKill(ReplicatedFault):
+    name = "leader SIGKILL (RF=3), restart"
+
+    def inject(self, workload: Workload, k: int) -> None:
+        victim = busiest_leader(workload, k)
+        before = led_by(workload, victim)
+        workload.cluster.node(victim).kill()
+        started = time.monotonic()
+        wait_for(f"an in-sync follower to lead every partition of node {victim}",
+                 lambda: failed_over(workload, victim), timeout=30)  # fmt: skip
+        self.counts["failover ms (last)"] = int((time.monotonic() - started) * 1000)
+        self.counts["elections"] += len(before)
+        workload.cluster.start_node(victim)
+        self.heal(workload)
+        self.counts["injected"] += 1
+
+
+class NodeWipe(ReplicatedFault):
+    name = "node SIGKILL, data directory deleted, restart empty (RF=3)"
+
+    def inject(self, workload: Workload, k: int) -> None:
+        victim = busiest_leader(workload, k)
+        node = workload.cluster.node(victim)
+        before = led_by(workload, victim)
+        node.kill()
+        wait_for(f"every partition of node {victim} to fail over",
+                 lambda: failed_over(workload, victim), timeout=30)  # fmt: skip
+        assert node.data_dir is not None
+        shutil.rmtree(node.data_dir)
+        workload.cluster.start_node(victim)
+        self.heal(workload)  # it copied every partition again, those it led included
+        self.counts["elections"] += len(before)
+        self.counts["partitions copied again"] += len(partition_states(workload))
+        self.counts["injected"] += 1
+
+
+class LeaderIsolation(ReplicatedFault):
+    """Node 1 is reached only through proxies: followers' fetches and the controller's
+    pushes through the node's, its heartbeats and ISR changes through the coordinator's.
+    Both cut those requests (never forwarded) for the length of a window."""
+
+    name = "leader cut off from followers and controller (RF=3)"
+    spec = chaos_spec(**REPLICATED, proxied_node=1, node_flags=("--no-learn-coordinators",))
+
+    def inject(self, workload: Workload, k: int) -> None:
+        cluster = workload.cluster
+        node, coordinator = cluster.node_proxy, cluster.coordinator_proxy
+        assert node is not None and coordinator is not None
+        wait_for("node 1 to lead an output partition",
+                 lambda: self._writes_led(workload), timeout=30)  # fmt: skip
+        led = self._writes_led(workload)
+        followers_and_pushes = (f"{INTERNAL_PREFIX}replicas/", f"{INTERNAL_PREFIX}partitions/")
+        beats_and_isr = (f"{INTERNAL_PREFIX}nodes/", f"{INTERNAL_PREFIX}partitions/")
+        node.set_plan(FaultPlan(paths=followers_and_pushes, cut_rate=1.0))
+        coordinator.set_plan(FaultPlan(paths=beats_and_isr, cut_rate=1.0))
+        try:
+            wait_for("other leaders for node 1's partitions",
+                     lambda: failed_over(workload, 1), timeout=30)  # fmt: skip
+            # From here on (fetches in flight at the cut are long answered) no follower
+            # reaches it: whatever it takes, it must not acknowledge.
+            frozen = self._high_watermarks(workload, led)
+            wait_for("node 1 to stop leading", lambda: not self._leads_any(workload),
+                     timeout=30)  # fmt: skip
+            after = self._high_watermarks(workload, led)
+            assert after == frozen, f"node 1 acknowledged writes while cut off: {frozen} -> {after}"
+            self.counts["elections"] += len(led)
+            self.counts["cut requests"] = node.counts["cut"] + coordinator.counts["cut"]
+        finally:
+            node.set_plan(NO_FAULTS)
+            coordinator.set_plan(NO_FAULTS)
+        self.heal(workload)
+        self.counts["injected"] += 1
+
+    def _writes_led(self, workload: Workload) -> list[int]:
+        """The output partitions (those the copiers write) node 1 leads."""
+        return [p for t, p in led_by(workload, 1) if t == workload.output]
+
+    def _direct(self, workload: Workload) -> str:
+        return workload.cluster.node(1).url  # the node itself, not its proxy
+
+    def _high_watermarks(self, workload: Workload, partitions: list[int]) -> dict[int, int]:
+        """Node 1's high watermark of each output partition, read from the node itself."""
+        listed = httpx.get(f"{self._direct(workload)}/internal/v1/partitions",
+                           headers=_internal(workload), timeout=5).json()  # fmt: skip
+        return {p["partition"]: p["high_watermark"] for p in listed["partitions"]
+                if p["topic"] == workload.output and p["partition"] in partitions}  # fmt: skip
+
+    def _leads_any(self, workload: Workload) -> bool:
+        text = httpx.get(f"{self._direct(workload)}/metrics", timeout=5).text
+        return any(line.startswith("eos_node_partition_leader{") and line.endswith(" 1.0")
+                   and "__consumer_offsets" not in line for line in text.splitlines())  # fmt: skip
+
+
+def _internal(workload: Workload) -> dict[str, str]:
+    return {"authorization": f"Bearer {workload.cluster.plan.internal_token()}"}
+
+
+REPLICA_FAULTS: list[type[Fault]] = [LeaderKill, NodeWipe, LeaderIsolation]
