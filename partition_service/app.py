@@ -82,6 +82,7 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
         registry, node_id=settings.node_id, pool=pool, client=replica_client,
         internal_token=settings.internal_token,
         replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+        replica_fetch_wait_max_ms=settings.replica_fetch_wait_max_ms,
         heartbeat_interval_ms=settings.heartbeat_interval_ms,
         controller_session_timeout_ms=settings.controller_session_timeout_ms,
     )  # fmt: skip

@@ -107,6 +107,15 @@ class NodeSettings(SecuritySettings):
         ge=100,
         description="A follower not caught up with the leader for this long leaves the ISR.",
     )
+    replica_fetch_wait_max_ms: int = Field(
+        default=5_000,
+        ge=10,
+        le=30_000,
+        description="How long a follower's fetch waits at its leader's log end for new "
+        "records (a long poll: records are copied as soon as they come). The leader counts "
+        "a waiting follower as caught up, so this only sets how often an idle partition's "
+        "followers ask again; at most half of replica_lag_time_max_ms is used.",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
     log_format: Literal["json", "text"] = Field(
         default="json", description="Structured JSON lines, or text for a terminal."

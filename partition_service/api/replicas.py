@@ -70,13 +70,19 @@ async def replica_fetch(body: ReplicaFetchRequest, node: Node) -> Response:
         # retention deleted what the follower lacks: no frames, and the log start in the
         # headers tells it to begin again there (``FollowerFetcher``)
         deadline = 0.0
-    while (
-        target.role.leader is leader
-        and body.fetch_offset >= engine.log_end_offset
-        and (left := deadline - time.monotonic()) > 0
-    ):
-        if not await target.changed_within(left):
-            break
+    if body.fetch_offset >= engine.log_end_offset and deadline > time.monotonic():
+        # parked at the log end: caught up while it waits, however long the poll
+        leader.on_wait(body.replica_id, True, target.clock())
+        try:
+            while (
+                target.role.leader is leader
+                and body.fetch_offset >= engine.log_end_offset
+                and (left := deadline - time.monotonic()) > 0
+            ):
+                if not await target.changed_within(left):
+                    break
+        finally:
+            leader.on_wait(body.replica_id, False, target.clock())
     if target.role.leader is not leader:
         raise NotLeaderOrFollowerError("this node stopped leading the partition")
     data = (

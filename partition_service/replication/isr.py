@@ -9,6 +9,9 @@ test can drive them step by step:
 * a follower is caught up when a fetch asked for the leader's log end as it was then, or
   for the log end the leader had at the follower's previous fetch (so a follower that keeps
   up with a busy leader counts as caught up although the end moves between its fetches);
+* a follower whose fetch waits at the leader's log end for more (a long poll) has all
+  there is: it is caught up for as long as it waits, so an idle partition's followers
+  may poll seldom (``replica_fetch_wait_max_ms``) without ever counting as lagging;
 * an ISR member that has not been caught up for ``lag_time_ms`` is proposed for removal;
   a follower outside the ISR whose log end reached the high watermark, and the start of the
   leader's epoch, is proposed for addition (the controller decides; ``docs/design.md`` 7);
@@ -30,6 +33,7 @@ class FollowerProgress:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     leader_end_at_last_fetch: int = 0
+    waiting_fetches: int = 0  # its fetches parked at the leader's log end now
 
 
 @dataclass
@@ -68,6 +72,15 @@ class LeaderReplicas:
         progress.last_fetch_ms = now_ms
         progress.leader_end_at_last_fetch = leader_end
 
+    def on_wait(self, replica: int, waiting: bool, now_ms: int) -> None:
+        """A fetch of ``replica`` starts (``waiting``) or stops waiting at the leader's log
+        end. Either way the follower had everything until ``now_ms``."""
+        progress = self.followers.get(replica)
+        if progress is None:
+            return
+        progress.waiting_fetches = max(progress.waiting_fetches + (1 if waiting else -1), 0)
+        progress.last_caught_up_ms = max(progress.last_caught_up_ms, now_ms)
+
     # -- the high watermark --------------------------------------------------------------
     def advance_high_watermark(self, leader_durable: int) -> int:
         """The smallest log end among the ISR, never below the last one; returns it."""
@@ -81,11 +94,13 @@ class LeaderReplicas:
 
     # -- ISR proposals -------------------------------------------------------------------
     def lagging(self, now_ms: int) -> list[int]:
-        """ISR followers not caught up within the lag time."""
+        """ISR followers not caught up within the lag time (one waiting at the log end
+        is caught up now)."""
         return [
             r
             for r in self.isr
             if r in self.followers
+            and self.followers[r].waiting_fetches == 0
             and now_ms - self.followers[r].last_caught_up_ms > self.lag_time_ms
         ]
 

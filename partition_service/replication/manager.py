@@ -65,6 +65,7 @@ class ReplicaManager:
         client: httpx.AsyncClient,
         internal_token: str | None,
         replica_lag_time_max_ms: int = 10_000,
+        replica_fetch_wait_max_ms: int = 5_000,
         heartbeat_interval_ms: int = 500,
         controller_session_timeout_ms: int = 3000,
         own_url: str | None = None,
@@ -76,6 +77,9 @@ class ReplicaManager:
         self.client = client
         self.internal_token = internal_token
         self.lag_ms = replica_lag_time_max_ms
+        # a waiting follower is caught up (``LeaderReplicas.on_wait``); still, a follower
+        # whose leader answers nothing for half the lag time asks again, as in Kafka
+        self.fetch_wait_ms = min(replica_fetch_wait_max_ms, replica_lag_time_max_ms // 2)
         self.heartbeat_s = heartbeat_interval_ms / 1000
         self.session_s = controller_session_timeout_ms / 1000
         self.last_heard = time.monotonic()  # the last heartbeat the controller answered
@@ -162,7 +166,7 @@ class ReplicaManager:
         fetcher = FollowerFetcher(
             partition, node_id=self.node_id, leader_url=url,
             leader_epoch=assignment.leader_epoch, client=self.client,
-            internal_token=self.internal_token,
+            internal_token=self.internal_token, max_wait_ms=self.fetch_wait_ms,
         )  # fmt: skip
         task = asyncio.create_task(fetcher.run(), name=f"fetch {key[0]}-{key[1]}")
         self.fetchers[key] = (fetcher, task)
