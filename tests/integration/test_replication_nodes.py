@@ -12,6 +12,8 @@ cuts what the new leader never had and catches up byte for byte.
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +162,35 @@ def test_a_replica_leads_only_once_the_controller_has_assigned_it(nodes: LocalCl
     assign(nodes, [1], **state)
     assert produce(leader, ["assigned again"]).status_code == 200
     assert read_all(leader) == ["assigned", "assigned again"]
+
+
+def test_a_fetch_waiting_on_a_leader_that_steps_down_is_told_so(nodes: LocalCluster) -> None:
+    """A follower's fetch parked at the leader's log end, when the leader is made a
+    follower meanwhile: the answer is NOT_LEADER_OR_FOLLOWER at once (the follower asks
+    the new leader), never a 500 and never a wait to the end of ``max_wait_ms``."""
+    assign(nodes, [1, 2, 3], leader=1, leader_epoch=1, partition_epoch=1,
+           replicas=[1, 2, 3], isr=[1, 2, 3])  # fmt: skip
+    assert produce(nodes.node(1).url, ["one"]).status_code == 200
+    end = offsets_on(nodes, 1)["log_end_offset"]
+    answers: list[httpx.Response] = []
+
+    def fetch_and_wait() -> None:
+        body = {"replica_id": 3, "topic": TOPIC, "partition": 0, "leader_epoch": 1,
+                "fetch_offset": end, "max_wait_ms": 20_000}  # fmt: skip
+        answers.append(httpx.post(f"{nodes.node(1).url}/internal/v1/replicas/fetch",
+                                  json=body, headers=INTERNAL, timeout=40))  # fmt: skip
+
+    waiting = threading.Thread(target=fetch_and_wait)
+    started = time.monotonic()
+    waiting.start()
+    # time for the fetch to reach the node and park there; one that came later would be
+    # refused by the same check, so a slow start weakens this test but never fails it
+    time.sleep(0.5)
+    assert not answers, f"the fetch at the log end did not wait: {answers[0].text}"
+    assign(nodes, [1], leader=2, leader_epoch=2, partition_epoch=2,
+           replicas=[1, 2, 3], isr=[1, 2, 3])  # fmt: skip
+    waiting.join(timeout=30)
+    (answer,) = answers
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "NOT_LEADER_OR_FOLLOWER"
+    assert time.monotonic() - started < 10, "the parked fetch waited out its max_wait_ms"
