@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 
 from eos_security.tokens import new_token, token_entry
+from eos_server.parent_watch import PARENT_PID_ENV
 
 ADMIN = "User:admin"
 
@@ -133,7 +134,8 @@ class ServiceProcess:
                 self.argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=dict(self.env if env is None else env),
+                # the service stops if this process dies without stopping it
+                env={**(self.env if env is None else env), PARENT_PID_ENV: str(os.getpid())},
                 start_new_session=self.own_session,
             )
         if self.pid_path is not None:

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from pydantic import ValidationError
 
 from eos_server.logs import UVICORN_LOG_CONFIG, configure_logging
+from eos_server.parent_watch import watch_parent
 
 log = logging.getLogger("eos.http")
 
@@ -55,7 +56,8 @@ def serve(
     Logging is configured before the app is built, so start-up lines are structured too;
     uvicorn's access log stays off (one line per request costs more than a produce, and
     an access log is where a token in a query string would end up). With ``tls_cert`` and
-    ``tls_key`` the service speaks HTTPS only.
+    ``tls_key`` the service speaks HTTPS only. Started by a supervisor, it stops when
+    the supervisor is gone (``parent_watch``).
     """
     import uvicorn
 
@@ -65,6 +67,7 @@ def serve(
     except ValueError as exc:  # a bad setting found while building (a tokens file, say)
         log.error("%s cannot start: %s", service, exc)
         raise SystemExit(2) from None
+    watch_parent(service)
     uvicorn.run(
         app,
         host=host,

@@ -329,6 +329,36 @@ class FakeClock:
         self.now += seconds
 
 
+@pytest.mark.slow
+def test_services_stop_when_eos_up_is_killed(up: Up) -> None:
+    """SIGKILL of ``eos up`` itself, which cannot stop its services: each sees its
+    supervisor gone and stops (``eos_server/parent_watch.py``), freeing its port for the
+    next ``eos up``, instead of running on as an unsupervised orphan."""
+    up.start()
+    services = ["coordinator-1", "node-1", "node-2", "node-3"]
+    pids = {name: up.pid(name) for name in services}
+    assert up.stop(signal.SIGKILL) == -signal.SIGKILL
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # a zombie is dead: its parent, init here, reaps it when it gets to it
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+    wait_until(lambda: not any(alive(pid) for pid in pids.values()), timeout=30,
+               what=f"the services of the killed eos up to stop: {pids}")  # fmt: skip
+    wait_until(lambda: port_free(up.base) and port_free(up.base + 11), timeout=10,
+               what="their ports to be free")  # fmt: skip
+    logs = (up.data_dir / "logs" / "node-1.log").read_text()
+    assert "its supervisor" in logs and "is gone; stopping" in logs, logs[-2000:]
+
+
 @pytest.mark.unit
 def test_backoff_doubles_to_a_cap_and_starts_over_after_a_long_life() -> None:
     clock = FakeClock()

@@ -8,7 +8,7 @@ share a worker:
   module's cluster would be started four times;
 * the tests of an ``xdist_group`` lane, which run one after the other because side by
   side they would squeeze each other past their time limits: the Spark jobs (``spark``)
-  and the chaos fault cases (two lanes, ``chaos-0`` and ``chaos-1``).
+  and the chaos fault cases (``chaos``).
 
 pytest-xdist's own ``--dist loadgroup`` cannot do this with pytest 9: it renames each
 test id (``id@group``) through an attribute pytest 9 no longer reads, so its groups are
