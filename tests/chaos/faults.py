@@ -36,6 +36,9 @@ class Fault:
     name = "none"
     spec = chaos_spec()
     txn_timeout_ms = 15_000
+    #: Records/s per copier at most, for a fault whose injections take longer than the
+    #: mode's pace leaves the copy to run (None: the mode's pace).
+    pace: int | None = None
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -143,6 +146,10 @@ class CoordinatorFailover(Fault):
     spec = chaos_spec(coordinators=2, lease_ms=2000, entry=0, coordinator_timeout_ms=1000)
     #: A stall longer than this is a defect, not noise (the target is lease + 1 s).
     LIMIT_S = 10.0
+    #: Each injection waits for the nodes to learn the restarted instance and restarts
+    #: it: at the mode's pace the copiers could finish before the last kill, leaving no
+    #: commit to wait for.
+    pace = 60
 
     def __init__(self) -> None:
         super().__init__()

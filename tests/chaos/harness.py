@@ -113,7 +113,7 @@ def run_case(fault: Fault, mode: Mode, root: Path) -> tuple[Report, Row, list[st
         txn_max=mode.txn_max,
         txn_timeout_ms=fault.txn_timeout_ms,
         deadline_s=mode.deadline_s,
-        pace=mode.pace,
+        pace=mode.pace if fault.pace is None else min(mode.pace, fault.pace),
     )
     with fault.database() as database_url, ClusterFactory(root) as clusters:
         cluster = clusters(fault.spec, database=database_url)

@@ -109,6 +109,7 @@ class FaultProxy:
         self._server: asyncio.Server | None = None
         self._thread = threading.Thread(target=self._serve, name="fault-proxy", daemon=True)
         self._stopped = asyncio.Event()
+        self._relays: set[asyncio.Task[None]] = set()  # one per client connection
 
     @property
     def url(self) -> str:
@@ -140,6 +141,11 @@ class FaultProxy:
         async with server:
             await self._stopped.wait()
             server.close()
+            # the connections still open are closed here, not left to the garbage
+            # collector once the loop is gone (unclosed sockets, pending tasks)
+            for task in list(self._relays):
+                task.cancel()
+            await asyncio.gather(*self._relays, return_exceptions=True)
 
     def _decide(self, request_head: bytes) -> str | None:
         plan = self.plan
@@ -160,6 +166,9 @@ class FaultProxy:
 
     async def _relay(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         upstream_w: asyncio.StreamWriter | None = None
+        task = asyncio.current_task()
+        if task is not None:
+            self._relays.add(task)
         try:
             upstream_r, upstream_w = await asyncio.open_connection(
                 "127.0.0.1", self.upstream_port, limit=_HEADER_LIMIT
@@ -186,6 +195,8 @@ class FaultProxy:
         except (_Closed, OSError, asyncio.IncompleteReadError, ValueError):
             return  # either side went away (a node restarting, a client closing)
         finally:
+            if task is not None:
+                self._relays.discard(task)
             for writer in (client_w, upstream_w):
                 if writer is not None:
                     writer.close()
