@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Mapping
 
 log = logging.getLogger("eos.process")
@@ -45,10 +46,10 @@ def watch_parent(service: str) -> threading.Thread | None:
         log.warning("%s: %s=%d is not this process's parent; not watching it",
                     service, PARENT_PID_ENV, expected)  # fmt: skip
         return None
-    stop = threading.Event()
 
     def watch() -> None:
-        while not stop.wait(CHECK_INTERVAL_S):
+        while True:
+            time.sleep(CHECK_INTERVAL_S)
             if os.getppid() != expected:
                 log.warning("%s: its supervisor (pid %d) is gone; stopping", service, expected)
                 os.kill(os.getpid(), signal.SIGTERM)
