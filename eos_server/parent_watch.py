@@ -9,6 +9,9 @@ names itself in ``EOS_PARENT_PID``; a service that finds its parent changed (the
 hands an orphan to init or a subreaper) stops as on SIGTERM: gracefully, its logs
 flushed. A service started by hand, by systemd or in a container has no such variable
 and is never affected.
+
+Apart from ``process.py`` so that the launcher (and every ``eos`` command that loads it)
+reads ``PARENT_PID_ENV`` without importing FastAPI.
 """
 
 from __future__ import annotations
