@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import binascii
-import gc
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -24,6 +22,7 @@ from eos_protocol.errors import (
     NotEnoughReplicasAfterAppendError,
 )
 from eos_protocol.node import Encoding, ProduceRequest, RecordIn
+from eos_protocol.parsing import collector_paused
 from partition_service.group_commit import GroupCommitter
 from partition_service.log.batch import NO_PRODUCER_ID, NO_SEQUENCE
 from partition_service.log.cleaner import RetentionPolicy
@@ -35,22 +34,6 @@ T = TypeVar("T")
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector around a burst of allocations that are freed
-    (or left acyclic) before it resumes, such as the thousand record models of a parsed
-    batch. A collection in the middle of the burst would promote them all as long-lived,
-    and the full collections of the whole heap that follow cost more than the parse."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 #: How long an acks=all write waits for the in-sync replicas (Kafka's request.timeout.ms).

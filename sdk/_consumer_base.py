@@ -21,10 +21,10 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
+from eos_protocol.parsing import collector_paused
 from sdk._config import ConsumerConfig
 from sdk._errors import IllegalStateError
 from sdk._metadata import MetadataCache
-from sdk._transport import collector_paused
 from sdk._types import ConsumerRecord, OffsetAndMetadata, Payload, TopicPartition
 from sdk._types import as_topic_partition as _tp
 

@@ -15,12 +15,10 @@ or a wrapper that injects faults); that is the only seam tests need.
 from __future__ import annotations
 
 import enum
-import gc
 import os
 import random
 import ssl
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +39,7 @@ from eos_protocol.errors import (
     InternalError,
     error_for,
 )
+from eos_protocol.parsing import collector_paused
 from sdk._config import RetryConfig
 from sdk._errors import EosTimeoutError, NetworkError
 
@@ -224,21 +223,6 @@ def backoff_s(exc: BaseException | None, attempt: int, retry: RetryConfig) -> fl
         attempt = 1
     base = min(retry.backoff_max_ms, retry.backoff_ms * 2 ** max(0, attempt - 1))
     return float(base * random.uniform(0.8, 1.2) / 1000)
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic collector around a burst of acyclic allocations (a large fetch
-    answer's records): collections amid it would walk every object made so far, again
-    and again, costing more than the parse (the storage node parses batches likewise)."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 #: Answers at least this large are parsed with the collector paused.
@@ -590,7 +574,6 @@ __all__ = [
     "attempt_timeout_s",
     "backoff_s",
     "classify",
-    "collector_paused",
     "parse_response",
     "refind_target",
 ]

@@ -26,12 +26,13 @@ from eos_protocol.node import (
     ProduceRequest,
     ProduceResponse,
 )
+from eos_protocol.parsing import collector_paused
 from eos_security.access import Caller, principal_of
 from eos_server.envelope import error_responses
 from eos_server.fastpath import Decline, FastCall, fast_path
 from partition_service.context import Node, NodeContext
 from partition_service.log.engine import ReadResult, Row
-from partition_service.partition import Partition, collector_paused
+from partition_service.partition import Partition
 
 router = APIRouter(prefix="/v1/partitions/{topic}/{partition}", tags=["records"])
 _AUTH = ("UNAUTHENTICATED", "TOPIC_AUTHORIZATION_FAILED")
