@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -11,7 +12,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from eos_cli.main import app
-from eos_cli.openapi_command import render_spec
+from eos_cli.openapi_command import render_spec as render_fresh
 from eos_protocol import common as protocol_common
 from eos_protocol import coordinator as protocol_coordinator
 from eos_protocol import hanging as protocol_hanging
@@ -41,6 +42,13 @@ OPERATION_IDS = {
         "metrics", "replicaFetch", "epochEnd", "pushPartitionState", "listOpenTransactions",
     },
 }
+
+
+@functools.cache
+def render_spec(service: str) -> str:
+    """The document the code makes, built once per run: building one means building the
+    service's whole application, and half the tests here read it."""
+    return render_fresh(service)
 
 
 def _operations(spec: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

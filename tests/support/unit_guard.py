@@ -25,6 +25,7 @@ violations and checks that each one fails its test.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -32,6 +33,7 @@ import threading
 import weakref
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -56,6 +58,17 @@ class UnitGuard:
         config.addinivalue_line(
             "markers", "unit: no processes, no database, no network: the layer that runs in seconds"
         )
+
+    def pytest_ignore_collect(self, collection_path: Path, config: pytest.Config) -> bool | None:
+        """Under ``-m unit`` (alone or and-ed with more) skip the test modules that mark
+        nothing ``unit``: importing them (FastAPI apps, Spark helpers, schemathesis) was
+        half the layer's time, and none of their tests could be selected."""
+        if not _requires_unit(str(config.option.markexpr or "")):
+            return None
+        name = collection_path.name
+        if collection_path.suffix != ".py" or not name.startswith("test_"):
+            return None
+        return "mark.unit" not in collection_path.read_text(encoding="utf-8")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
@@ -139,6 +152,15 @@ class UnitGuard:
                     delattr(owner, name)
                 else:
                     setattr(owner, name, saved)
+
+
+def _requires_unit(markexpr: str) -> bool:
+    """Whether a ``-m`` expression selects only ``unit`` tests: ``unit`` and-ed at its
+    top level (``unit``, ``(unit) and not heavy``), with no ``or`` anywhere. Anything else
+    is left to pytest."""
+    if re.search(r"\bor\b", markexpr):
+        return False
+    return re.fullmatch(r"\s*\(?\s*unit\s*\)?\s*(and\s.*)?", markexpr, re.DOTALL) is not None
 
 
 def _argv(args: Any) -> str:
