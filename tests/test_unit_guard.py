@@ -14,6 +14,10 @@ from tests.support.unit_guard import UnitGuard
 
 pytestmark = pytest.mark.unit
 
+# the inner sessions load plugins as this one does (schemathesis' would import urllib3,
+# whose import probes IPv6 by binding a socket: a tripwire in a unit test)
+INNER = ("-p", "no:cacheprovider", "-p", "no:schemathesis")
+
 PLANTED = '''
 import socket
 import sqlite3
@@ -90,7 +94,7 @@ def test_pure(tmp_path):
 
 def test_every_planted_violation_fails_its_test(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_planted=PLANTED)
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", plugins=[UnitGuard()])
+    result = pytester.runpytest_inprocess(*INNER, plugins=[UnitGuard()])
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1, result.stdout.str()
     assert outcomes.get("failed") == 8, result.stdout.str()
@@ -128,5 +132,25 @@ def test_unit_layer_sees_the_tripwire():
     assert subprocess.Popen.__init__ is not BEFORE
 """
     )
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", plugins=[UnitGuard()])
+    result = pytester.runpytest_inprocess(*INNER, plugins=[UnitGuard()])
     result.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize(
+    ("markexpr", "imported"),
+    [("unit", False), ("(unit) and not heavy", False), ("unit or slow", True), ("slow", True)],
+)
+def test_unit_runs_skip_modules_that_mark_nothing_unit(
+    pytester: pytest.Pytester, markexpr: str, imported: bool
+) -> None:
+    """A module without the unit mark is not even imported when the run selects only
+    unit tests (this one would fail on import); any other selection imports it."""
+    pytester.makepyfile(
+        test_pure="import pytest\n\n@pytest.mark.unit\ndef test_pure():\n    pass\n",
+        test_other="import pytest\n\nraise ImportError('imported')\n\n"
+        "@pytest.mark.slow\ndef test_other():\n    pass\n",
+    )
+    result = pytester.runpytest_inprocess(
+        *INNER, "--co", "-m", markexpr, plugins=[UnitGuard()]
+    )
+    assert ("ImportError: imported" in result.stdout.str()) is imported, result.stdout.str()
