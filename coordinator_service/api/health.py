@@ -28,8 +28,11 @@ async def healthz() -> Health:
     responses={503: {"model": Health, "description": "Still loading its leases."}},
 )
 async def readyz(services: ServicesDep) -> Health | JSONResponse:
-    leases = services.leases
-    if not leases.ready or leases.loading:
+    """Ready once the first lease round has taken and loaded this instance's share, and
+    from then on: a partition taken later (a rebalance, a dead peer's) loads while every
+    other one is served, and requests for it get a retriable answer meanwhile. A probe
+    that turned 503 at each such load would pull a serving instance out of rotation."""
+    if not services.leases.ready:
         return JSONResponse(status_code=503, content={"status": "loading"})
     return Health(status="ready")
 

@@ -106,6 +106,18 @@ def test_health_metrics_and_openapi(coordinator: Any) -> None:
     with coordinator.client() as c:
         assert ok(c.get("/healthz")) == {"status": "ok"}
         assert ok(c.get("/readyz")) == {"status": "ready"}
+        # a partition taken later loads without making the serving instance unready
+        leases = coordinator.services.leases
+        leases.loading.add(49)
+        try:
+            assert ok(c.get("/readyz")) == {"status": "ready"}
+        finally:
+            leases.loading.discard(49)
+        leases.ready = False  # before the first round has loaded its share
+        try:
+            assert c.get("/readyz").status_code == 503
+        finally:
+            leases.ready = True
         text = c.get("/metrics").text
         for name in ("eos_coordinator_open_transactions", "eos_coordinator_commits_total",
                      "eos_coordinator_commits_per_second", "eos_coordinator_aborts_per_second",
