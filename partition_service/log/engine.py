@@ -97,7 +97,7 @@ class PartitionEngine:
         self.aborted.load(2**63)
         self.log.open(self._restore, self._replay, use_checkpoint=not rebuild)
         self.aborted.truncate_from(self.log.next_offset)
-        self._trim_below(self.log.log_start_offset)
+        self.aborted.truncate_before(self.log.log_start_offset)
         self.epochs.truncate_from_end(self.log.next_offset)
         self.leader_epoch = max(self.leader_epoch, self.epochs.latest_epoch, 0)
         self.durable_offset = self.log.next_offset
@@ -391,17 +391,17 @@ class PartitionEngine:
     # -- the log start (retention) -------------------------------------------------------
     def advance_log_start(self, offset: int) -> list[tuple[int, int]]:
         """Move the log start to ``offset`` and delete the closed segments below it
-        (``Log.advance_start``); the aborted-transaction index and the producer state are
-        trimmed with them. The caller bounds ``offset`` (``partition_service.log.cleaner``:
-        the high watermark and the LSO on a leader, the leader's log start on a
-        follower). Returns the (base offset, size) of every deleted segment."""
+        (``Log.advance_start``); the aborted-transaction index is trimmed with them. The
+        producer state is not: a producer whose batches all went keeps its sequence until
+        it has been idle for ``producer_expiration_ms`` (``expire_producers``), as in Kafka
+        since KIP-360. Forgotten with its batches, an idle idempotent producer's next batch
+        would be refused ``UNKNOWN_PRODUCER_ID`` on a low-traffic topic. The caller bounds
+        ``offset`` (``partition_service.log.cleaner``: the high watermark and the LSO on a
+        leader, the leader's log start on a follower). Returns the (base offset, size) of
+        every deleted segment."""
         deleted = self.log.advance_start(offset)
-        self._trim_below(self.log.log_start_offset)
+        self.aborted.truncate_before(self.log.log_start_offset)
         return deleted
-
-    def _trim_below(self, log_start: int) -> None:
-        self.aborted.truncate_before(log_start)
-        self.producers.truncate_head(log_start)
 
     def restart_at(self, offset: int) -> None:
         """Empty this replica and begin its log at ``offset``: a follower whose log ends

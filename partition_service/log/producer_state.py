@@ -280,19 +280,6 @@ class ProducerStateManager:
             del self.producers[pid]
         return gone
 
-    def truncate_head(self, log_start_offset: int) -> list[int]:
-        """Forget producers whose batches all lie below the log start (retention deleted
-        them), as Kafka's ``truncateHead`` does; a producer with an open transaction is
-        kept whatever its offsets, since its marker is still to come."""
-        gone = [
-            pid
-            for pid, entry in self.producers.items()
-            if entry.current_txn_first_offset is None and entry.last_offset < log_start_offset
-        ]
-        for pid in gone:
-            del self.producers[pid]
-        return gone
-
     # -- snapshot ------------------------------------------------------------------------
     def to_json(self) -> list[dict[str, Any]]:
         return [entry.to_json() for entry in self.producers.values()]

@@ -44,9 +44,12 @@ def test_retention_advances_the_log_start_and_readers_follow(
     cluster_factory: ClusterFactory,
 ) -> None:
     cluster = cluster_factory(nodes=1, database="postgres", node_flags=NODE_FLAGS)
+    # an idempotent producer that writes once, then again after its batches are deleted
+    early = Producer(cluster.bootstrap(), linger_ms=0)
     with AdminClient(cluster.bootstrap()) as admin:
         info = admin.create_topic("kept", retention_ms=-1, retention_bytes=-1)
         assert (info.retention_ms, info.retention_bytes) == (-1, -1)
+        assert early.send("kept", "early", partition=0).result(timeout=30).offset == 0
         fill(cluster, "kept", 120)
         node_dir = cluster.node(1).data_dir
         assert node_dir is not None
@@ -61,6 +64,9 @@ def test_retention_advances_the_log_start_and_readers_follow(
                what="every closed segment to be deleted")  # fmt: skip
     start = offsets(cluster, "kept")["log_start_offset"]
     assert segment_bases(node_dir, "kept") == [start] and start > 0
+    # its state outlived its batches: the next one is taken, not UNKNOWN_PRODUCER_ID
+    with early:
+        assert early.send("kept", "late", partition=0).result(timeout=30).offset > start
 
     below = httpx.get(f"{cluster.node(1).url}/v1/partitions/kept/0/records",
                       params={"offset": 0})  # fmt: skip

@@ -107,25 +107,36 @@ def test_an_open_transaction_pins_its_segments_until_its_marker(tmp_path: Path) 
     assert engine.log_start_offset > 0
 
 
-def test_aborted_index_and_producer_state_are_trimmed_with_the_segments(
+def test_the_aborted_index_is_trimmed_with_the_segments_and_producers_outlive_them(
     tmp_path: Path,
 ) -> None:
-    engine = open_engine(tmp_path / "p", TINY)
+    """The aborts below the log start go with their segments. Producers do not (Kafka since
+    KIP-360): an idle idempotent producer whose batches were all deleted goes on at its next
+    sequence, and is forgotten only once idle for ``producer_expiration_ms``."""
+    config = LogConfig(segment_bytes=4096, index_interval_bytes=256, producer_expiration_ms=HOUR)
+    engine = open_engine(tmp_path / "p", config)
     produce(engine, ["gone"], pid=1, epoch=0, seq=0, txn=True)
     marker(engine, 1, 0, "ABORT")
-    produce(engine, ["kept-open"], pid=2, epoch=0, seq=0, txn=True)
-    marker(engine, 2, 0, "COMMIT")
+    produce(engine, ["idempotent"], pid=2, epoch=0, seq=0)
     fill(engine, 40)
     produce(engine, ["late"], pid=3, epoch=0, seq=0, txn=True)  # still open at the end
     assert len(engine.aborted) == 1 and set(engine.producers.producers) == {1, 2, 3}
     engine.durable_offset = engine.log_end_offset
     # the LSO is pid 3's first offset: everything before its segment may go
     result = apply_retention(engine, RetentionPolicy(ms=HOUR), NOW + 2 * HOUR)
-    assert result.deleted
+    assert result.deleted and engine.log_start_offset > 1
     assert len(engine.aborted) == 0
-    assert set(engine.producers.producers) == {3}  # the open one is kept
+    assert set(engine.producers.producers) == {1, 2, 3}
+    with pytest.raises(errors.OutOfOrderSequenceNumberError):  # its sequence is still known
+        produce(engine, ["gap"], pid=2, epoch=0, seq=5)
+    again = produce(engine, ["again"], pid=2, epoch=0, seq=1)
+    assert again.base_offset == engine.log_end_offset - 1
+    engine.write_checkpoint(engine.capture_checkpoint())
     reopened = _reopen(engine)
-    assert len(reopened.aborted) == 0 and set(reopened.producers.producers) == {3}
+    assert len(reopened.aborted) == 0 and set(reopened.producers.producers) == {1, 2, 3}
+    # idle past the expiration (pid 2 wrote again at NOW): only the open one stays
+    assert set(reopened.expire_producers(NOW + 2 * HOUR)) == {1, 2}
+    assert set(reopened.producers.producers) == {3}
 
 
 def test_log_start_survives_a_restart(tmp_path: Path) -> None:
