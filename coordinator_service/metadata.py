@@ -424,13 +424,7 @@ class Metadata:
         self._topics[name] = CachedTopic(
             partitions, replication.factor, replication.min_insync, retention
         )
-        await self.reconcile_once(topic=name)
-        # The background round may have claimed some of them between the insert and the
-        # round above: its answer is this topic's answer too, so wait for it.
-        for key in [(name, i) for i in range(partitions)]:
-            claim = self.reconciler.in_flight.get(key)
-            if claim is not None:
-                await claim.wait()
+        await self.reconciler.create_topic_partitions(name)
         if replication.factor > 1 and self.deliver_states is not None:
             states, _ = await self._db.run(read_states, name)
             await self.deliver_states(states)

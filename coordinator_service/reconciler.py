@@ -50,6 +50,10 @@ TP = topic_partitions
 
 #: How often a partition a node refused is tried again (besides once after each start).
 REFUSED_RETRY_S = 300.0
+#: How long a topic's creation goes on asking replicas that were busy, slow or claimed by
+#: the background round before it answers with what exists; and between two rounds.
+CREATE_WAIT_S = 5.0
+CREATE_RETRY_S = 0.2
 #: Answers that say the node cannot serve now, whatever the partition: try again later.
 _AWAY_STATUSES = frozenset({401, 403, 408, 425, 429})
 
@@ -248,6 +252,31 @@ class Reconciler:
             self._note_node(node_id, None)
             answers.append((row, node_id, attempt))
         return answers
+
+    async def create_topic_partitions(self, topic: str) -> int:
+        """Rounds for one new topic until every replica has its partition, a node that
+        refuses connections is all that is left, or ``CREATE_WAIT_S`` has passed; returns
+        how many are still missing. One round was not enough for a client that produces
+        as soon as the topic's creation is answered: a node that was slow or answered 503
+        once, or a background round that claimed a partition and found its node busy, left
+        it missing until the next background round (``UNKNOWN_TOPIC_OR_PARTITION`` to a
+        client without retries). A node that is down costs no wait."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CREATE_WAIT_S
+        while True:
+            missing = await self.reconcile_once(topic)
+            claims = {claim for key, claim in list(self.in_flight.items()) if key[0] == topic}
+            for claim in claims:
+                await claim.wait()  # the background round's answer is this topic's too
+            down = bool(self._node_trouble) and all(
+                trouble.startswith("ConnectError") for trouble in self._node_trouble.values()
+            )
+            if not missing or loop.time() + CREATE_RETRY_S > deadline:
+                return missing
+            if down and not claims:
+                return missing
+            if not claims:
+                await asyncio.sleep(CREATE_RETRY_S)
 
     def _due(self, row: Placed, now: float) -> bool:
         if row.error is None:

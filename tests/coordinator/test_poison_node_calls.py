@@ -43,6 +43,7 @@ class PickyNodes(FakeNodes):
     def __init__(self) -> None:
         super().__init__()
         self.refuse_create: dict[str, int] = {}
+        self.busy_once: set[str] = set()  # topics whose first creation call answers 503
         self.refuse_markers: set[str] = set()
         self.not_leader: set[tuple[str, int]] = set()
         self.create_calls: Counter[tuple[str, int]] = Counter()
@@ -57,6 +58,8 @@ class PickyNodes(FakeNodes):
             topic_name, partition = path.removeprefix(PARTITIONS).split("/")
             self.create_calls[(topic_name, int(partition))] += 1
             status = self.refuse_create.get(topic_name)
+            if topic_name in self.busy_once and self.create_calls[(topic_name, int(partition))] == 1:
+                status = 503
             if status is not None:
                 code = "KAFKA_STORAGE_ERROR" if status == 503 else "INVALID_REQUEST"
                 return envelope(status, code, f"not holding {topic_name}")
@@ -174,6 +177,26 @@ def test_an_away_or_busy_node_is_tried_again_and_not_reported_as_refusing(
         wait_until(lambda: all(p["created_on_node"] for name in ("waiting", "busy", "after")
                                for p in ok(c.get(f"/v1/topics/{name}"))["partitions"]),
                    timeout=10, what="the reconciler to create them once the node is back")
+
+
+def test_a_topic_is_answered_created_past_a_busy_moment_and_at_once_past_a_down_node(
+    coordinator: Any, fake_nodes: PickyNodes
+) -> None:
+    """A client may produce as soon as the creation is answered: a node that answered 503
+    once is asked again before the answer; a node that refuses connections is not waited
+    for (the background rounds create its partitions when it is back)."""
+    fake_nodes.busy_once.add("blip")
+    with coordinator.client() as c:
+        blip = topic(c, "blip", 2)
+        assert [p["created_on_node"] for p in blip["partitions"]] == [True, True]
+        assert all(fake_nodes.create_calls[("blip", p)] == 2 for p in (0, 1))
+        fake_nodes.down.add(2)
+        started = time.monotonic()
+        partly = topic(c, "partly", 2)
+        took = time.monotonic() - started
+        state = {p["leader"]["node_id"]: p["created_on_node"] for p in partly["partitions"]}
+        assert state == {1: True, 2: False}
+        assert took < 3, f"the creation waited {took:.1f} s for a node that is down"
 
 
 def test_a_dot_dot_topic_left_by_an_older_version_is_reported_and_skipped(
