@@ -96,117 +96,126 @@ def create_app(
             settings.effective_database_url, pool_size=settings.db_pool_size,
             idle_in_transaction_ms=max(500, settings.lease_ms // 2),
         )
-        if settings.migrate_on_start:
-            await anyio.to_thread.run_sync(upgrade, engine)
-        db = Database(engine, threads=settings.db_pool_size)
-        nodes = settings.node_urls
-        cluster_id, node_id = await db.run(
-            bootstrap, sorted(nodes), settings.group_offset_partitions, settings.instance_id,
-            settings.effective_public_url, txn_clock.now_ms(),
-            settings.default_replication_factor,
-        )
-        http = httpx.AsyncClient(
-            transport=node_transport,
-            timeout=settings.node_timeout_ms / 1000,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
-            verify=settings.client_verify(),
-        )
-        metrics = CoordinatorMetrics()
-        md = Metadata(
-            db, nodes=nodes, client=http, internal_token=settings.internal_token,
-            clock=txn_clock, reconcile_interval_ms=settings.reconcile_interval_ms,
-            offsets_partitions=settings.group_offset_partitions, metrics=metrics,
-            default_replication_factor=settings.default_replication_factor,
-            refresh_interval_ms=settings.metadata_refresh_ms,
-            default_retention=TopicRetention(
-                settings.default_retention_ms, settings.default_retention_bytes
-            ),
-        )
-        md.cluster_id = cluster_id
-        await md.refresh()
-        store = TransactionStore(db.dialect)
-        writer = WriteBatcher(db, store, leases_clock)
-        pids = ProducerIdManager(
-            db, owner=settings.instance_id, block_size=settings.producer_id_block_size,
-            clock=txn_clock,
-        )
-        link = node_link(
-            http, transport_injected=node_transport is not None,
-            timeout_s=settings.node_timeout_ms / 1000,
-        )
-        markers = MarkerChannel(
-            nodes=nodes, link=link, internal_token=settings.internal_token, clock=txn_clock,
-            backoff_max_ms=settings.marker_backoff_max_ms,
-            batch_partitions=settings.marker_batch_partitions, metrics=metrics,
-            leader_of=md.cached_leader, on_stale_leader=md.request_refresh,
-        )
-        md.leader_listeners.append(markers.leaders_changed)
-        coordinator = TransactionCoordinator(
-            db=db, store=store, writer=writer, markers=markers, producer_ids=pids, metadata=md,
-            metrics=metrics, clock=txn_clock, lease_clock=leases_clock,
-            log_partitions=settings.txn_log_partitions,
-            max_timeout_ms=settings.max_transaction_timeout_ms,
-            init_wait_ms=settings.init_wait_ms,
-        )
-        leases = LeaseManager(
-            db, instance_id=settings.instance_id, url=settings.effective_public_url,
-            node_id=node_id, partitions=settings.txn_log_partitions,
-            lease_ms=settings.lease_ms, renew_interval_ms=settings.lease_renew_interval_ms,
-            clock=leases_clock, on_acquired=coordinator.load, on_lost=coordinator.unload,
-            on_handoff=coordinator.hand_off, metrics=metrics,
-        )
-        coordinator.leases = leases
-        expiry = ExpiryScanner(
-            coordinator, clock=txn_clock, interval_ms=settings.expiry_scan_interval_ms,
-            expiration_ms=settings.transactional_id_expiration_ms, metrics=metrics,
-        )
-        instances = InstanceRegistry(
-            db, instance_pk=node_id, url=settings.effective_public_url, clock=leases_clock,
-            lease_ms=settings.lease_ms, interval_ms=settings.lease_renew_interval_ms,
-        )
-        await instances.beat()
-        acl_rules = AclRules(
-            db, access.authorizer, refresh_interval_ms=settings.acl_refresh_ms, metrics=metrics
-        )
-        await acl_rules.reload()
-        access.refresh = acl_rules.reload
-        await db.run(ensure_controller_row)
-        pusher = StatePusher(http, nodes=nodes, internal_token=settings.internal_token)
-        md.deliver_states = pusher.deliver
-        replicas = Replication(
-            db, nodes=nodes, clock=leases_clock,
-            session_timeout_ms=settings.node_session_timeout_ms, metrics=metrics,
-            on_state=pusher.push,
-        )
+        http: httpx.AsyncClient | None = None
+        try:  # a start that fails leaves no connection behind (the pool's last one was
+            # collected later, open, in whatever ran next: a ResourceWarning there)
+            if settings.migrate_on_start:
+                await anyio.to_thread.run_sync(upgrade, engine)
+            db = Database(engine, threads=settings.db_pool_size)
+            nodes = settings.node_urls
+            cluster_id, node_id = await db.run(
+                bootstrap, sorted(nodes), settings.group_offset_partitions, settings.instance_id,
+                settings.effective_public_url, txn_clock.now_ms(),
+                settings.default_replication_factor,
+            )
+            http = httpx.AsyncClient(
+                transport=node_transport,
+                timeout=settings.node_timeout_ms / 1000,
+                limits=httpx.Limits(max_connections=64, max_keepalive_connections=32),
+                verify=settings.client_verify(),
+            )
+            metrics = CoordinatorMetrics()
+            md = Metadata(
+                db, nodes=nodes, client=http, internal_token=settings.internal_token,
+                clock=txn_clock, reconcile_interval_ms=settings.reconcile_interval_ms,
+                offsets_partitions=settings.group_offset_partitions, metrics=metrics,
+                default_replication_factor=settings.default_replication_factor,
+                refresh_interval_ms=settings.metadata_refresh_ms,
+                default_retention=TopicRetention(
+                    settings.default_retention_ms, settings.default_retention_bytes
+                ),
+            )
+            md.cluster_id = cluster_id
+            await md.refresh()
+            store = TransactionStore(db.dialect)
+            writer = WriteBatcher(db, store, leases_clock)
+            pids = ProducerIdManager(
+                db, owner=settings.instance_id, block_size=settings.producer_id_block_size,
+                clock=txn_clock,
+            )
+            link = node_link(
+                http, transport_injected=node_transport is not None,
+                timeout_s=settings.node_timeout_ms / 1000,
+            )
+            markers = MarkerChannel(
+                nodes=nodes, link=link, internal_token=settings.internal_token, clock=txn_clock,
+                backoff_max_ms=settings.marker_backoff_max_ms,
+                batch_partitions=settings.marker_batch_partitions, metrics=metrics,
+                leader_of=md.cached_leader, on_stale_leader=md.request_refresh,
+            )
+            md.leader_listeners.append(markers.leaders_changed)
+            coordinator = TransactionCoordinator(
+                db=db, store=store, writer=writer, markers=markers, producer_ids=pids, metadata=md,
+                metrics=metrics, clock=txn_clock, lease_clock=leases_clock,
+                log_partitions=settings.txn_log_partitions,
+                max_timeout_ms=settings.max_transaction_timeout_ms,
+                init_wait_ms=settings.init_wait_ms,
+            )
+            leases = LeaseManager(
+                db, instance_id=settings.instance_id, url=settings.effective_public_url,
+                node_id=node_id, partitions=settings.txn_log_partitions,
+                lease_ms=settings.lease_ms, renew_interval_ms=settings.lease_renew_interval_ms,
+                clock=leases_clock, on_acquired=coordinator.load, on_lost=coordinator.unload,
+                on_handoff=coordinator.hand_off, metrics=metrics,
+            )
+            coordinator.leases = leases
+            expiry = ExpiryScanner(
+                coordinator, clock=txn_clock, interval_ms=settings.expiry_scan_interval_ms,
+                expiration_ms=settings.transactional_id_expiration_ms, metrics=metrics,
+            )
+            instances = InstanceRegistry(
+                db, instance_pk=node_id, url=settings.effective_public_url, clock=leases_clock,
+                lease_ms=settings.lease_ms, interval_ms=settings.lease_renew_interval_ms,
+            )
+            await instances.beat()
+            acl_rules = AclRules(
+                db, access.authorizer, refresh_interval_ms=settings.acl_refresh_ms, metrics=metrics
+            )
+            await acl_rules.reload()
+            access.refresh = acl_rules.reload
+            await db.run(ensure_controller_row)
+            pusher = StatePusher(http, nodes=nodes, internal_token=settings.internal_token)
+            md.deliver_states = pusher.deliver
+            replicas = Replication(
+                db, nodes=nodes, clock=leases_clock,
+                session_timeout_ms=settings.node_session_timeout_ms, metrics=metrics,
+                on_state=pusher.push,
+            )
 
-        def changed_state(state: StoredPartition) -> None:
-            replicas.forget_states()  # heartbeat answers from now on carry the new state
-            pusher.push(state)
+            def changed_state(state: StoredPartition) -> None:
+                replicas.forget_states()  # heartbeat answers from now on carry the new state
+                pusher.push(state)
 
-        controller = Controller(
-            db, instance_id=settings.instance_id, url=settings.effective_public_url,
-            node_id=node_id, clock=leases_clock, lease_ms=settings.lease_ms,
-            session_timeout_ms=settings.node_session_timeout_ms,
-            interval_ms=settings.controller_interval_ms,
-            rebalance_interval_ms=settings.leader_rebalance_interval_ms, metrics=metrics,
-            on_change=md.request_refresh, on_state=changed_state,
-        )
-        detector = HangingDetector(
-            db=db, coordinator=coordinator, metadata=md, controller=controller,
-            calls=NodeCalls(http, nodes, settings.internal_token), clock=txn_clock,
-            metrics=metrics, max_timeout_ms=settings.max_transaction_timeout_ms,
-            margin_ms=settings.hanging_margin_ms,
-            abort_after_ms=settings.abort_hanging_after_ms,
-            interval_ms=settings.hanging_scan_interval_ms,
-        )
-        app.state.services = Services(
-            settings=settings, clock=txn_clock, lease_clock=leases_clock, db=db, store=store,
-            http=http, metadata=md, producer_ids=pids, markers=markers,
-            coordinator=coordinator, leases=leases, expiry=expiry, metrics=metrics,
-            node_id=node_id, writer=writer, access=access, acl_rules=acl_rules,
-            instances=instances, controller=controller, replication=replicas,
-            hanging=detector,
-        )
+            controller = Controller(
+                db, instance_id=settings.instance_id, url=settings.effective_public_url,
+                node_id=node_id, clock=leases_clock, lease_ms=settings.lease_ms,
+                session_timeout_ms=settings.node_session_timeout_ms,
+                interval_ms=settings.controller_interval_ms,
+                rebalance_interval_ms=settings.leader_rebalance_interval_ms, metrics=metrics,
+                on_change=md.request_refresh, on_state=changed_state,
+            )
+            detector = HangingDetector(
+                db=db, coordinator=coordinator, metadata=md, controller=controller,
+                calls=NodeCalls(http, nodes, settings.internal_token), clock=txn_clock,
+                metrics=metrics, max_timeout_ms=settings.max_transaction_timeout_ms,
+                margin_ms=settings.hanging_margin_ms,
+                abort_after_ms=settings.abort_hanging_after_ms,
+                interval_ms=settings.hanging_scan_interval_ms,
+            )
+            app.state.services = Services(
+                settings=settings, clock=txn_clock, lease_clock=leases_clock, db=db, store=store,
+                http=http, metadata=md, producer_ids=pids, markers=markers,
+                coordinator=coordinator, leases=leases, expiry=expiry, metrics=metrics,
+                node_id=node_id, writer=writer, access=access, acl_rules=acl_rules,
+                instances=instances, controller=controller, replication=replicas,
+                hanging=detector,
+            )
+        except BaseException:
+            if http is not None:
+                with contextlib.suppress(Exception):
+                    await http.aclose()
+            engine.dispose()
+            raise
         writer.start()
         markers.start(coordinator.complete_jobs)
         tasks: list[asyncio.Task[None]] = []

@@ -3,6 +3,7 @@ any order), and one whose database never comes says so in one line and exits 1."
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import socket
@@ -15,7 +16,11 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import pytest
+import sqlalchemy as sa
 
+from coordinator_service.app import create_app
+from tests.support.coordinators import coordinator_settings, temp_database
 from tests.support.processes import free_port, wait_until
 
 
@@ -123,3 +128,30 @@ def test_a_database_that_never_comes_ends_the_start_in_one_line(tmp_path: Path) 
     assert "s3cret-password" not in text, "the password must not reach the logs"
     assert "Traceback" not in text
     assert os.path.getsize(log) < 10_000
+
+
+def test_a_start_that_fails_leaves_no_database_connection_open() -> None:
+    """A database that answers but is not migrated (``--migrate-on-start`` off) fails the
+    start after the engine made its first connection: that connection is closed with the
+    failure, not left open in the pool for the collector."""
+    with temp_database() as url:
+        settings = coordinator_settings(url, "1=http://127.0.0.1:9", migrate_on_start=False)
+        app = create_app(settings, background=False)
+
+        async def start() -> None:
+            async with app.router.lifespan_context(app):
+                pass
+
+        with pytest.raises(sa.exc.ProgrammingError):
+            asyncio.run(start())
+        name = sa.engine.make_url(url).database
+        engine = sa.create_engine(url.replace(f"/{name}", "/postgres"))
+        try:
+            with engine.connect() as conn:
+                open_here = conn.execute(
+                    sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :d"),
+                    {"d": name},
+                ).scalar_one()
+        finally:
+            engine.dispose()
+        assert open_here == 0
