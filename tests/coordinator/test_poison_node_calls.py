@@ -56,9 +56,10 @@ class PickyNodes(FakeNodes):
             return super()._handle(request)
         if request.method == "PUT" and path.startswith(PARTITIONS):
             topic_name, partition = path.removeprefix(PARTITIONS).split("/")
-            self.create_calls[(topic_name, int(partition))] += 1
+            key = (topic_name, int(partition))
+            self.create_calls[key] += 1
             status = self.refuse_create.get(topic_name)
-            if topic_name in self.busy_once and self.create_calls[(topic_name, int(partition))] == 1:
+            if topic_name in self.busy_once and self.create_calls[key] == 1:
                 status = 503
             if status is not None:
                 code = "KAFKA_STORAGE_ERROR" if status == 503 else "INVALID_REQUEST"
