@@ -254,13 +254,14 @@ class Reconciler:
         return answers
 
     async def create_topic_partitions(self, topic: str) -> int:
-        """Rounds for one new topic until every replica has its partition, a node that
-        refuses connections is all that is left, or ``CREATE_WAIT_S`` has passed; returns
-        how many are still missing. One round was not enough for a client that produces
-        as soon as the topic's creation is answered: a node that was slow or answered 503
-        once, or a background round that claimed a partition and found its node busy, left
-        it missing until the next background round (``UNKNOWN_TOPIC_OR_PARTITION`` to a
-        client without retries). A node that is down costs no wait."""
+        """Rounds for one new topic until every replica has its partition, the only
+        nodes in trouble are refusing connections, or ``CREATE_WAIT_S`` has passed;
+        returns how many are still missing. One round was not enough for a client that
+        produces as soon as the topic's creation is answered: a node that was slow or
+        answered 503 once, or a background round that claimed a partition and found its
+        node busy, left it missing until the next background round
+        (``UNKNOWN_TOPIC_OR_PARTITION`` to a client without retries). A node that is down
+        costs no wait."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CREATE_WAIT_S
         while True:
@@ -268,15 +269,20 @@ class Reconciler:
             claims = {claim for key, claim in list(self.in_flight.items()) if key[0] == topic}
             for claim in claims:
                 await claim.wait()  # the background round's answer is this topic's too
-            down = bool(self._node_trouble) and all(
-                trouble.startswith("ConnectError") for trouble in self._node_trouble.values()
-            )
             if not missing or loop.time() + CREATE_RETRY_S > deadline:
                 return missing
-            if down and not claims:
+            if claims:
+                continue  # their answers are recorded: count again at once
+            if self._troubled_nodes_are_down():
                 return missing
-            if not claims:
-                await asyncio.sleep(CREATE_RETRY_S)
+            await asyncio.sleep(CREATE_RETRY_S)
+
+    def _troubled_nodes_are_down(self) -> bool:
+        """Whether every node that failed a creation lately refused the connection (no
+        process there), rather than answering slowly or 503 (busy: worth asking again)."""
+        troubles = self._node_trouble.values()
+        return bool(troubles) and all(t.startswith(f"{httpx.ConnectError.__name__}:")
+                                      for t in troubles)
 
     def _due(self, row: Placed, now: float) -> bool:
         if row.error is None:

@@ -20,7 +20,12 @@ import pytest
 import sqlalchemy as sa
 
 from coordinator_service.app import create_app
-from tests.support.coordinators import coordinator_settings, temp_database
+from tests.support.coordinators import (
+    coordinator_settings,
+    create_database,
+    drop_database,
+    open_connections,
+)
 from tests.support.processes import free_port, wait_until
 
 
@@ -134,7 +139,8 @@ def test_a_start_that_fails_leaves_no_database_connection_open() -> None:
     """A database that answers but is not migrated (``--migrate-on-start`` off) fails the
     start after the engine made its first connection: that connection is closed with the
     failure, not left open in the pool for the collector."""
-    with temp_database() as url:
+    name, url = create_database()
+    try:
         settings = coordinator_settings(url, "1=http://127.0.0.1:9", migrate_on_start=False)
         app = create_app(settings, background=False)
 
@@ -144,14 +150,6 @@ def test_a_start_that_fails_leaves_no_database_connection_open() -> None:
 
         with pytest.raises(sa.exc.ProgrammingError):
             asyncio.run(start())
-        name = sa.engine.make_url(url).database
-        engine = sa.create_engine(url.replace(f"/{name}", "/postgres"))
-        try:
-            with engine.connect() as conn:
-                open_here = conn.execute(
-                    sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = :d"),
-                    {"d": name},
-                ).scalar_one()
-        finally:
-            engine.dispose()
-        assert open_here == 0
+        assert open_connections(name) == 0
+    finally:
+        drop_database(name)

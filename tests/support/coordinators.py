@@ -57,6 +57,16 @@ def drop_database(name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def open_connections(name: str) -> int:
+    """How many sessions are connected to database ``name`` now."""
+    with _admin() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 @contextlib.contextmanager
 def temp_database() -> Iterator[str]:
     name, url = create_database()
