@@ -98,13 +98,28 @@ LOCK_LEASES_SQL = str(
 
 
 def _fenced_params(rec: TxnRecord, token: LeaseToken, now_ms: int) -> dict[str, Any]:
-    params = {f"new_{k}": v for k, v in _values(rec).items()}
-    params["key_tid"] = params.pop("new_transactional_id")
-    params["lease_partition"] = token.log_partition
-    params["lease_owner"] = token.owner
-    params["lease_epoch"] = token.coordinator_epoch
-    params["lease_now"] = now_ms
-    return params
+    """``FENCED_UPDATE_SQL``'s parameters, spelt out: this runs for every state write."""
+    return {
+        "key_tid": rec.transactional_id,
+        "new_txn_log_partition": rec.txn_log_partition,
+        "new_producer_id": rec.producer_id,
+        "new_producer_epoch": rec.producer_epoch,
+        "new_last_producer_id": rec.last_producer_id,
+        "new_last_producer_epoch": rec.last_producer_epoch,
+        "new_state": rec.state.value,
+        "new_timeout_ms": rec.timeout_ms,
+        "new_txn_start_ms": rec.txn_start_ms,
+        "new_last_update_ms": rec.last_update_ms,
+        "new_partitions": orjson.dumps(rec.partitions).decode(),
+        "new_groups": orjson.dumps(rec.groups).decode(),
+        "new_coordinator_epoch": rec.coordinator_epoch,
+        "new_transaction_version": rec.transaction_version,
+        "new_next_producer_id": rec.next_producer_id,
+        "lease_partition": token.log_partition,
+        "lease_owner": token.owner,
+        "lease_epoch": token.coordinator_epoch,
+        "lease_now": now_ms,
+    }
 
 
 def _values(rec: TxnRecord) -> dict[str, Any]:
@@ -119,8 +134,8 @@ def _values(rec: TxnRecord) -> dict[str, Any]:
         "timeout_ms": rec.timeout_ms,
         "txn_start_ms": rec.txn_start_ms,
         "last_update_ms": rec.last_update_ms,
-        "partitions": orjson.dumps([list(tp) for tp in rec.partitions]).decode(),
-        "groups": orjson.dumps(list(rec.groups)).decode(),
+        "partitions": orjson.dumps(rec.partitions).decode(),  # tuples are JSON arrays
+        "groups": orjson.dumps(rec.groups).decode(),
         "coordinator_epoch": rec.coordinator_epoch,
         "transaction_version": rec.transaction_version,
         "next_producer_id": rec.next_producer_id,

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from typing import Any
+
 import pytest
 
 from coordinator_service.transactions import state as st
+from coordinator_service.transactions import store
 from coordinator_service.transactions.table import Outcome, TxnEvent, can_transition, decide
 from eos_protocol.common import MAX_PRODUCER_EPOCH
 from eos_protocol.errors import (
@@ -133,3 +138,33 @@ def test_partition_hashes_are_crc32() -> None:
 
     assert st.txn_log_partition("abc", 50) == zlib.crc32(b"abc") % 50
     assert group_offsets_partition("g", 50) == zlib.crc32(b"g") % 50
+
+
+def test_a_record_copy_changes_only_what_it_names_and_refuses_unknown_names() -> None:
+    rec = st.new_record("t", 3, producer_id=7, timeout_ms=60_000, now_ms=1, coordinator_epoch=2)
+    copy = rec.replace(state=S.ONGOING, partitions=(("orders", 0),))
+    expected = dataclasses.replace(rec, state=S.ONGOING, partitions=(("orders", 0),))
+    assert copy == expected and hash(copy) == hash(expected)
+    assert rec.state is S.EMPTY and rec.partitions == ()
+    with pytest.raises(TypeError, match="'stat'"):
+        rec.replace(stat=S.ONGOING)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        copy.state = S.EMPTY  # type: ignore[misc]
+
+
+def test_the_fenced_update_is_given_every_parameter_its_statement_names() -> None:
+    rec = st.new_record("t", 3, producer_id=7, timeout_ms=60_000, now_ms=1, coordinator_epoch=2)
+    rec = rec.replace(partitions=(("orders", 0), ("b", 12)), groups=("g",))
+    params = store._fenced_params(rec, store.LeaseToken(3, "me", 2), 5)
+    named = set(re.findall(r"%\((\w+)\)s", store.FENCED_UPDATE_SQL))
+    assert set(params) == named
+    assert params["new_partitions"] == '[["orders",0],["b",12]]'
+    assert params["new_groups"] == '["g"]' and params["key_tid"] == "t"
+    assert store.record_from_row(_Row(store._values(rec))) == rec
+
+
+@dataclasses.dataclass
+class _Row:
+    """A database row as ``record_from_row`` reads it."""
+
+    _mapping: dict[str, Any]
