@@ -75,15 +75,22 @@ class GroupCommitter:
         await future
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=self.checkpoint_interval_s)
+            if self._wakeup.is_set():  # under load it is: no timer and task for this round
+                await asyncio.sleep(0)  # but a round always lets the others run
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._wakeup.wait(), timeout=self.checkpoint_interval_s
+                    )
             self._wakeup.clear()
             target = self.engine.log_end_offset
             pending = self._checkpoint_due(target)
             try:
                 if target > self.engine.durable_offset:
-                    await asyncio.to_thread(self.engine.fsync)
+                    # the loop's executor without ``to_thread``'s copy of the context
+                    await loop.run_in_executor(None, self.engine.fsync)
                     self.fsyncs += 1
             except OSError as exc:
                 self._fail(exc)
