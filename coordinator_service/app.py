@@ -128,7 +128,9 @@ def create_app(
             md.cluster_id = cluster_id
             await md.refresh()
             store = TransactionStore(db.dialect)
-            writer = WriteBatcher(db, store, leases_clock)
+            writer = WriteBatcher(
+                db, store, leases_clock, concurrency=settings.state_write_batches
+            )
             pids = ProducerIdManager(
                 db, owner=settings.instance_id, block_size=settings.producer_id_block_size,
                 clock=txn_clock,

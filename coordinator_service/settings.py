@@ -116,6 +116,14 @@ class CoordinatorSettings(SecuritySettings):
     marker_batch_partitions: int = Field(
         default=1_000, ge=1, description="Most partitions in one marker request to a node."
     )
+    state_write_batches: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Batches of transaction-state writes in flight to the database at "
+        "once. One gathers the most writes per commit and costs the least CPU; more may "
+        "help where the database is a network round trip away.",
+    )
     node_timeout_ms: int = Field(
         default=5_000, ge=1, description="How long a storage node may take to answer."
     )

@@ -17,11 +17,18 @@ outcome. Nothing is weakened:
 * if a batch fails (a connection lost mid-way, a bug in one write), its writes are tried
   again one transaction each so one bad write fails only its own caller.
 
-A small number of batches may be in flight at once (``concurrency``), so that the next one
-is gathered and sent while the previous one waits for its commit. They run on threads of
-their own (``Database.transaction``, the same transaction owner as ``Database.run``): a
-plain executor's hand-off is cheaper than anyio's worker threads, and a batch never waits
-behind the reads other requests run there.
+How many batches may be in flight at once is ``concurrency`` (the coordinator's
+``state_write_batches``, 1 by default): while one batch is out, the next gathers in the
+queue. With the database on the same host one is the best: measured with
+``python -m eos_bench.suite_scale --instances 1 --flow v2``, two batches in flight split the
+writes over twice the commits and had the two threads contend for the interpreter lock,
+for 10 to 20% fewer committed transactions per second and 15 to 25% more CPU per transaction
+(at 32 producers: 0.27 database commits per transaction with one, 0.48 with two; three and
+four were worse again). Where each round trip to the database costs a network hop,
+sending the next batch while the previous one commits may pay for itself. Batches run on
+threads of their own (``Database.transaction``, the same transaction owner as
+``Database.run``): a plain executor's hand-off is cheaper than anyio's worker threads, and
+a batch never waits behind the reads other requests run there.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ class WriteBatcher:
         lease_clock: Clock,
         *,
         max_batch: int = 256,
-        concurrency: int = 2,
+        concurrency: int = 1,
     ) -> None:
         self._db = db
         self._store = store
