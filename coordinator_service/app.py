@@ -59,7 +59,7 @@ from eos_security.access import AccessControl
 from eos_security.authorizer import Authorizer
 from eos_server import fastpath
 from eos_server.envelope import error_response, install_error_handlers
-from eos_server.middleware import RequestShape
+from eos_server.middleware import NATIVE_TELEMETRY_OFF, RequestShape
 
 log = logging.getLogger("eos.coordinator")
 
@@ -265,6 +265,7 @@ def create_app(
         version="0.1.0",
         description="Kafka's transactional producer lifecycle over HTTP (docs/design.md §4).",
         lifespan=lifespan,
+        telemetry=NATIVE_TELEMETRY_OFF,
     )
     install_error_handlers(app)
     for unavailable in UNAVAILABLE:

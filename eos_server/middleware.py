@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import unquote_to_bytes
 
+from fastapi.telemetry import TelemetryConfig
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from eos_protocol.errors import InvalidRequestError, MessageTooLargeError
@@ -66,6 +67,11 @@ class BodyLimit:
 
 
 MAX_HEADER_BYTES = 64 * 1024
+
+#: FastAPI's native OpenTelemetry, off: the services report through their own metrics and
+#: logs, and with it on, FastAPI looked for a global tracer, meter and logger provider (in
+#: ``os.environ``) at every request, a fiftieth of the coordinator's CPU per transaction.
+NATIVE_TELEMETRY_OFF: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 
 class RequestShape:

@@ -3,6 +3,7 @@ product's structured logs."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 from collections.abc import Callable
@@ -39,6 +40,27 @@ def settings_or_exit(model: Callable[..., SettingsT], **values: Any) -> Settings
         raise SystemExit(2) from None
 
 
+#: Allocations between two young-generation collections (CPython's default is 700).
+YOUNG_COLLECTION_EVERY = 10_000
+
+
+def tune_collector() -> None:
+    """Set the cyclic garbage collector for a service that has finished starting.
+
+    Every request allocates a few hundred short-lived objects (the ASGI messages, the
+    parsed body, futures), so at CPython's default a young collection ran every few
+    requests, and each older one walked everything the start had built (routes, models,
+    SQLAlchemy's tables) though none of it is ever garbage. What the start built is
+    frozen out of the collector's walks, and young collections run every
+    ``YOUNG_COLLECTION_EVERY`` allocations: measured with ``python -m
+    eos_bench.suite_scale --instances 1 --flow v2``, 5 to 10% more committed transactions
+    per second for 4 to 8% less CPU per transaction. Cycles are still collected, later.
+    """
+    gc.freeze()
+    _young, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_EVERY, middle, old)
+
+
 def serve(
     service: str,
     make_app: Callable[[], FastAPI],
@@ -68,6 +90,7 @@ def serve(
         log.error("%s cannot start: %s", service, exc)
         raise SystemExit(2) from None
     watch_parent(service)
+    tune_collector()
     uvicorn.run(
         app,
         host=host,

@@ -22,7 +22,7 @@ from eos_security.authorizer import Authorizer
 from eos_server import fastpath
 from eos_server.envelope import install_error_handlers
 from eos_server.internal import internal_token_checker
-from eos_server.middleware import BodyLimit, RequestShape
+from eos_server.middleware import NATIVE_TELEMETRY_OFF, BodyLimit, RequestShape
 from partition_service.acls import AclFetcher
 from partition_service.api import groups, health, internal, records, replicas
 from partition_service.context import NodeContext
@@ -138,6 +138,7 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
         version="1.0.0",
         description="Partition logs with idempotent and transactional writes.",
         lifespan=lifespan,
+        telemetry=NATIVE_TELEMETRY_OFF,
     )
     app.state.node = context
     app.state.internal_check = internal_token_checker(settings.internal_token)
