@@ -27,6 +27,7 @@ from partition_service.acls import AclFetcher
 from partition_service.api import groups, health, internal, records, replicas
 from partition_service.context import NodeContext
 from partition_service.coordinators import CoordinatorPool
+from partition_service.group_commit import Durability
 from partition_service.log.log import LogConfig
 from partition_service.metrics import NodeMetrics
 from partition_service.partition import Limits
@@ -65,8 +66,11 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
             index_interval_bytes=settings.index_interval_bytes,
             producer_expiration_ms=settings.producer_expiration_ms,
         ),
-        fsync=settings.fsync,
-        checkpoint_interval_ms=settings.checkpoint_interval_ms,
+        durability=Durability(
+            fsync=settings.fsync,
+            checkpoint_interval_ms=settings.checkpoint_interval_ms,
+            inline_fsync_under_us=settings.inline_fsync_under_us,
+        ),
         limits=Limits(max_record_bytes=settings.max_record_bytes),
         group_offset_partitions=settings.group_offset_partitions,
         node_id=settings.node_id,

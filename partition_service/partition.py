@@ -23,7 +23,7 @@ from eos_protocol.errors import (
 )
 from eos_protocol.node import Encoding, ProduceRequest, RecordIn
 from eos_protocol.parsing import collector_paused
-from partition_service.group_commit import GroupCommitter
+from partition_service.group_commit import Durability, GroupCommitter
 from partition_service.log.batch import NO_PRODUCER_ID, NO_SEQUENCE
 from partition_service.log.cleaner import RetentionPolicy
 from partition_service.log.engine import AppendResult, PartitionEngine, ReadResult, Row
@@ -52,8 +52,7 @@ class Partition:
         self,
         engine: PartitionEngine,
         *,
-        fsync: bool,
-        checkpoint_interval_ms: int,
+        durability: Durability,
         limits: Limits,
         clock: Callable[[], int] = now_ms,
         node_id: int = 1,
@@ -67,12 +66,7 @@ class Partition:
         self.retention = RetentionPolicy()
         self.leader_log_start: int | None = None
         self._changed = asyncio.Event()
-        self.committer = GroupCommitter(
-            engine,
-            fsync=fsync,
-            checkpoint_interval_ms=checkpoint_interval_ms,
-            on_durable=self.notify,
-        )
+        self.committer = GroupCommitter(engine, durability, on_durable=self.notify)
 
     @property
     def topic(self) -> str:

@@ -18,6 +18,7 @@ from eos_protocol.errors import (
     UnknownTopicOrPartitionError,
 )
 from eos_protocol.partitioning import group_offsets_partition
+from partition_service.group_commit import Durability
 from partition_service.log.engine import PartitionEngine
 from partition_service.log.log import LogConfig, fsync_directory
 from partition_service.partition import Limits, Partition
@@ -45,8 +46,7 @@ class PartitionRegistry:
         data_dir: Path,
         *,
         log_config: LogConfig,
-        fsync: bool,
-        checkpoint_interval_ms: int,
+        durability: Durability,
         limits: Limits,
         group_offset_partitions: int,
         node_id: int = 1,
@@ -54,8 +54,7 @@ class PartitionRegistry:
         self.data_dir = data_dir
         self.node_id = node_id
         self.log_config = log_config
-        self.fsync = fsync
-        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.durability = durability
         self.limits = limits
         self.group_offset_partitions = group_offset_partitions
         self.partitions: dict[tuple[str, int], Partition] = {}
@@ -86,8 +85,7 @@ class PartitionRegistry:
             )
         partition = Partition(
             engine,
-            fsync=self.fsync,
-            checkpoint_interval_ms=self.checkpoint_interval_ms,
+            durability=self.durability,
             limits=self.limits,
             node_id=self.node_id,
         )

@@ -61,6 +61,14 @@ class NodeSettings(SecuritySettings):
     checkpoint_interval_ms: int = Field(
         default=5000, ge=10, description="How often the recovery checkpoint is written."
     )
+    inline_fsync_under_us: int = Field(
+        default=500,
+        ge=0,
+        le=1_000_000,
+        description="A partition's fsync runs on the event loop while its recent fsyncs "
+        "took under this many microseconds on average, on a worker thread otherwise "
+        "(0: always on a thread). Saves the hand-off where the disk syncs quickly.",
+    )
     retention_check_interval_ms: int = Field(
         default=30_000,
         ge=10,

@@ -1,0 +1,99 @@
+"""Where the group committer runs a partition's fsync (partition_service/group_commit.py):
+on the event loop while the disk syncs quickly, on a worker thread once it does not."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from partition_service.group_commit import Durability, GroupCommitter
+from partition_service.log.engine import PartitionEngine
+from tests.partition.engine_support import NOW, open_engine
+
+pytestmark = pytest.mark.unit
+
+
+class TimedDisk:
+    """The engine's fsync, made as slow as asked, noting the thread each ran on."""
+
+    def __init__(self, engine: PartitionEngine) -> None:
+        self.on_loop: list[bool] = []
+        self.delay_s = 0.0
+        self._fsync = engine.fsync
+        engine.fsync = self.fsync  # type: ignore[method-assign]
+
+    def fsync(self) -> None:
+        self.on_loop.append(threading.current_thread() is threading.main_thread())
+        time.sleep(self.delay_s)
+        self._fsync()
+
+
+async def _round(engine: PartitionEngine, committer: GroupCommitter) -> None:
+    """One append made durable by a round of its own."""
+    engine.append_data([("k", "v", None, NOW)], now_ms=NOW)
+    await committer.wait_durable(engine.log_end_offset)
+    assert engine.durable_offset == engine.log_end_offset
+
+
+def _committer(engine: PartitionEngine, inline_under_us: int) -> GroupCommitter:
+    durability = Durability(inline_fsync_under_us=inline_under_us)
+    return GroupCommitter(engine, durability, on_durable=lambda: None)
+
+
+def test_quick_fsyncs_run_on_the_loop_and_a_slow_one_sends_the_next_to_a_thread(
+    tmp_path: Path,
+) -> None:
+    engine = open_engine(tmp_path / "t-0")
+    disk = TimedDisk(engine)
+    rounds: list[bool] = []
+
+    async def scenario() -> None:
+        nonlocal rounds
+        committer = _committer(engine, inline_under_us=50_000)
+        committer.start()
+        try:
+            await _round(engine, committer)  # the disk is not known yet: a thread
+            await _round(engine, committer)  # quick so far: the loop
+            disk.delay_s = 0.3
+            await _round(engine, committer)  # decided before it was slow: the loop
+            disk.delay_s = 0.0
+            await _round(engine, committer)  # after a slow one: a thread
+            for _ in range(20):
+                await _round(engine, committer)
+                if disk.on_loop[-1]:
+                    break
+            assert committer.fsyncs == len(disk.on_loop)
+            assert committer.inline_fsyncs == sum(disk.on_loop)
+        finally:
+            rounds = list(disk.on_loop)
+            await committer.stop()  # its last flush runs on the loop, as it always did
+
+    asyncio.run(scenario())
+    assert rounds[:4] == [False, True, True, False]
+    assert rounds[-2:] == [False, True]  # quick again, back on the loop
+    engine.close()
+
+
+def test_with_no_bound_every_fsync_runs_on_a_thread(tmp_path: Path) -> None:
+    engine = open_engine(tmp_path / "t-0")
+    disk = TimedDisk(engine)
+    rounds: list[bool] = []
+
+    async def scenario() -> None:
+        nonlocal rounds
+        committer = _committer(engine, inline_under_us=0)
+        committer.start()
+        try:
+            for _ in range(5):
+                await _round(engine, committer)
+        finally:
+            rounds = list(disk.on_loop)
+            await committer.stop()
+
+    asyncio.run(scenario())
+    assert rounds == [False] * 5
+    engine.close()
