@@ -2,10 +2,10 @@
 
 Producers append (a cheap write to the page cache) and then wait here for their last
 offset to become durable. A single flusher task per partition loops: it notes the log end,
-fsyncs in a worker thread, then releases every waiter up to that end. Requests that arrive
-during a fsync share the next one, so the cost of durability is paid per round, not per
-request. The same loop writes the partition's checkpoint now and then, always for a state
-that the fsync it follows has made durable.
+fsyncs (see below for where), then releases every waiter up to that end. Requests that
+arrive during a round share the next one, so the cost of durability is paid per round, not
+per request. The same loop writes the partition's checkpoint now and then, always for a
+state that the fsync it follows has made durable.
 
 Where the fsync runs is chosen round by round. Handing it to a worker thread costs the
 event loop a thread wake-up, a hand-back through the loop's self-pipe and the interpreter
