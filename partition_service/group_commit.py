@@ -40,12 +40,13 @@ FSYNC_AVERAGE_WEIGHT = 0.2
 
 @dataclass(frozen=True)
 class Durability:
-    """How a node makes its partitions' appends durable (the node's settings)."""
+    """How a node makes its partitions' appends durable (from the node's settings, which
+    hold the defaults)."""
 
-    fsync: bool = True
-    checkpoint_interval_ms: int = 5000
+    fsync: bool
+    checkpoint_interval_ms: int
     # fsyncs run on the event loop while their moving average is under this (0: never)
-    inline_fsync_under_us: int = 500
+    inline_fsync_under_us: int
 
 
 class GroupCommitter:
