@@ -25,6 +25,7 @@ from tests.chaos.cluster import chaos_spec
 from tests.support.cluster import Cluster, ClusterFactory
 from tests.support.envelope import envelope_problems
 from tests.support.nodes import INTERNAL_TOKEN
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +94,17 @@ def target(module_cluster_factory: ClusterFactory) -> Target:
         with txn.transaction():
             txn.send(made.topic, "committed", partition=0)
             txn.send_offsets_to_transaction({(made.topic, 0): 3}, made.group)
+    # the commit answers at PrepareCommit: the state each test compares is the settled one,
+    # after the markers and CompleteCommit (a listing taken before shows a growing duration)
+    wait_until(
+        lambda: _states(url) == ["CompleteCommit"], what="the fixture's commit to complete"
+    )
     return made
+
+
+def _states(coordinator: str) -> list[str]:
+    listing = httpx.get(f"{coordinator}/v1/transactions", timeout=10).json()
+    return [str(t["state"]) for t in listing["transactions"]]
 
 
 @pytest.mark.unit
