@@ -42,7 +42,10 @@ def _children(parent: int) -> list[int]:
 def _listening_pid(port: int, parent: int) -> int:
     """The child serving ``port`` (its command line names the port)."""
     for pid in _children(parent):
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone since it was listed (the killed child, reaped meanwhile)
         if b"--port" in argv and argv[argv.index(b"--port") + 1] == str(port).encode():
             return pid
     raise AssertionError(f"no child serves port {port}")
