@@ -20,6 +20,7 @@ from eos_protocol.errors import (
     InvalidRequestError,
     MessageTooLargeError,
     NotEnoughReplicasAfterAppendError,
+    NotLeaderOrFollowerError,
 )
 from eos_protocol.node import Encoding, ProduceRequest, RecordIn
 from eos_protocol.parsing import collector_paused
@@ -27,7 +28,9 @@ from partition_service.group_commit import Durability, GroupCommitter
 from partition_service.log.batch import NO_PRODUCER_ID, NO_SEQUENCE
 from partition_service.log.cleaner import RetentionPolicy
 from partition_service.log.engine import AppendResult, PartitionEngine, ReadResult, Row
+from partition_service.replication.isr import LeaderReplicas
 from partition_service.replication.role import Role
+from partition_service.verification_guard import VerificationGuards
 
 T = TypeVar("T")
 
@@ -67,6 +70,7 @@ class Partition:
         self.leader_log_start: int | None = None
         self._changed = asyncio.Event()
         self.committer = GroupCommitter(engine, durability, on_durable=self.notify)
+        self.verifications = VerificationGuards()
 
     @property
     def topic(self) -> str:
@@ -117,24 +121,48 @@ class Partition:
             return False
         return True
 
-    async def wait_replicated(self, end: int, timeout_s: float) -> None:
-        """Until the high watermark reaches ``end`` (acks=all). Refused if this replica
-        stops leading meanwhile, or if the in-sync replicas fall below the minimum."""
+    async def wait_replicated(
+        self, end: int, timeout_s: float, leader_epoch: int | None
+    ) -> None:
+        """Until the high watermark reaches ``end`` (acks=all), then Kafka's
+        ``checkEnoughReplicasReachOffset``: acknowledged only if, once the high watermark
+        covers the write, at least ``min_insync_replicas`` replicas are in sync.
+
+        The check runs when the wait ends, not only while it waits: when the ISR shrinks to
+        the leader alone the high watermark jumps to the leader's log end, so a wait that
+        only looked inside its loop would acknowledge a write no follower has. Every ISR
+        member holds everything under the high watermark, so "covered and enough in sync"
+        means the write is on that many replicas. Refused too if this replica stopped
+        leading, or leads again in another epoch (its log may have been truncated and
+        written over since the append), at ``leader_epoch``.
+        """
         deadline = time.monotonic() + timeout_s
-        while self.engine.high_watermark < end:
-            self.role.require_leader()
-            leader = self.role.leader
+        while True:
+            leader = self._leader_of(leader_epoch)
             if leader is not None and not leader.enough_in_sync():
                 raise NotEnoughReplicasAfterAppendError(
-                    f"written, but the in-sync replicas {leader.isr} fell below "
-                    f"min_insync_replicas {leader.min_insync_replicas} before it was replicated"
+                    f"written, but the in-sync replicas {leader.isr} are fewer than "
+                    f"min_insync_replicas {leader.min_insync_replicas}"
                 )
+            if self.engine.high_watermark >= end:
+                return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise NotEnoughReplicasAfterAppendError(
                     f"written, but not on every in-sync replica within {timeout_s:.1f}s"
                 )
             await self.changed_within(min(remaining, 0.5))  # and look again twice a second
+
+    def _leader_of(self, leader_epoch: int | None) -> LeaderReplicas | None:
+        """The follower view of this replica's leadership in ``leader_epoch``; refused
+        (NOT_LEADER_OR_FOLLOWER and kin) once it no longer leads in that epoch."""
+        self.role.require_leader()
+        if self.role.leader_epoch != leader_epoch:
+            raise NotLeaderOrFollowerError(
+                f"leadership of {self.topic}-{self.index} moved from epoch {leader_epoch} to "
+                f"{self.role.leader_epoch} while a write waited for its replicas"
+            )
+        return self.role.leader
 
     # -- produce -------------------------------------------------------------------------
     def validate_rows(self, request: ProduceRequest, *, body_bytes: int | None = None) -> list[Row]:
@@ -235,27 +263,36 @@ class Partition:
 
     async def wait_durable(self, result: AppendResult, *, acks_all: bool = True) -> None:
         """Until the batch is on disk here and, with ``acks_all`` on a replicated
-        partition, on every in-sync replica (under the high watermark)."""
+        partition, on at least ``min_insync_replicas`` in-sync replicas. Called right after
+        the append, before anything else ran on the loop: the leader epoch read here is the
+        one the batch was written in."""
+        leader_epoch = self.role.leader_epoch
         await self.committer.wait_durable(result.last_offset + 1)
         if acks_all:
-            await self._wait_in_sync(result.last_offset + 1)
+            await self._wait_in_sync(result.last_offset + 1, leader_epoch)
 
-    async def _wait_in_sync(self, end: int) -> None:
+    async def _wait_in_sync(self, end: int, leader_epoch: int | None) -> None:
         assignment = self.role.assignment
         if assignment is not None and assignment.replicated:
-            await self.wait_replicated(end, REPLICATION_TIMEOUT_S)
+            await self.wait_replicated(end, REPLICATION_TIMEOUT_S, leader_epoch)
 
     # -- markers -------------------------------------------------------------------------
     async def write_marker(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: str
     ) -> None:
+        """Append a COMMIT/ABORT marker and answer once it is replicated as an acks=all
+        write (as Kafka acknowledges markers). Leadership and the in-sync minimum are
+        checked in the same step of the event loop as the append."""
+        self.role.require_leader(acks_all=True)
+        leader_epoch = self.role.leader_epoch
+        self.verifications.invalidate(producer_id)
         offset = self.engine.append_marker(
             producer_id, producer_epoch, coordinator_epoch, result, now_ms=self.clock()
         )
         end = self.engine.log_end_offset if offset is None else offset + 1
         await self.committer.wait_durable(end)
         self.notify()
-        await self._wait_in_sync(end)  # a marker is acknowledged as acks=all, as in Kafka
+        await self._wait_in_sync(end, leader_epoch)
 
     # -- fetch ---------------------------------------------------------------------------
     async def fetch(

@@ -65,6 +65,7 @@ def _echo(offsets: list[OffsetCommitEntry]) -> Response:
     response_model=OffsetCommitResponse,
     responses=error_responses(
         "INVALID_REQUEST", "NOT_COORDINATOR", "KAFKA_STORAGE_ERROR", "MESSAGE_TOO_LARGE",
+        "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "NOT_LEADER_OR_FOLLOWER",
         *_AUTH, "TOPIC_AUTHORIZATION_FAILED",
     ),
 )
@@ -73,6 +74,7 @@ async def commit_offsets(
 ) -> Response:
     await _may_use_group(node, caller, group_id, body.offsets)
     target = node.registry.group_coordinator(group_id)
+    target.role.require_leader(acks_all=True)  # offsets are acks=all writes, as in Kafka
     result = target.append_rows(target.rows(_records(group_id, body.offsets)))
     await target.wait_durable(result)
     return _echo(body.offsets)
@@ -94,6 +96,9 @@ async def commit_offsets(
         "CONCURRENT_TRANSACTIONS",
         "KAFKA_STORAGE_ERROR",
         "MESSAGE_TOO_LARGE",
+        "NOT_ENOUGH_REPLICAS",
+        "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+        "NOT_LEADER_OR_FOLLOWER",
         *_AUTH,
         "TOPIC_AUTHORIZATION_FAILED",
         "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
@@ -108,11 +113,15 @@ async def commit_txn_offsets(
     await _may_use_group(node, caller, group_id, body.offsets)
     target = node.registry.group_coordinator(group_id)
     if target.needs_verification(body.producer_id, body.producer_epoch):
-        await node.verifier.verify(
-            body.producer_id,
-            body.producer_epoch,
-            TopicPartition(topic=CONSUMER_OFFSETS_TOPIC, partition=target.index),
-        )
+        with target.verifications.guard(body.producer_id) as guard:
+            await node.verifier.verify(
+                body.producer_id,
+                body.producer_epoch,
+                TopicPartition(topic=CONSUMER_OFFSETS_TOPIC, partition=target.index),
+            )
+            target.verifications.check(guard, body.producer_id)
+    # checked again after the verification's round trip, in the append's step
+    target.role.require_leader(acks_all=True)
     result = target.append_rows(
         target.rows(_records(group_id, body.offsets)),
         producer_id=body.producer_id,

@@ -62,7 +62,6 @@ async def write_markers(body: WriteMarkersRequest, node: Node) -> WriteMarkersRe
         for tp in marker.partitions:
             try:
                 target = node.registry.get(tp.topic, tp.partition)
-                target.role.require_leader()
                 job: asyncio.Future[None] | EosError = asyncio.ensure_future(
                     target.write_marker(
                         marker.producer_id,

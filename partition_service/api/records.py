@@ -31,7 +31,7 @@ from eos_security.access import Caller, principal_of
 from eos_server.envelope import error_responses
 from eos_server.fastpath import Decline, FastCall, fast_path
 from partition_service.context import Node, NodeContext
-from partition_service.log.engine import ReadResult, Row
+from partition_service.log.engine import AppendResult, ReadResult, Row
 from partition_service.partition import Partition
 
 router = APIRouter(prefix="/v1/partitions/{topic}/{partition}", tags=["records"])
@@ -129,21 +129,16 @@ async def _append(
     the coordinator (KIP-890) — or, for a producer of transaction version 2, its partition
     is added to the transaction there first — which also names its transactional id: the
     caller must hold write on it, as Kafka checks on a transactional produce."""
-    if body.transactional:
-        assert body.producer_id is not None and body.producer_epoch is not None
-        if target.needs_verification(body.producer_id, body.producer_epoch):
-            transactional_id = await node.verifier.verify(
-                body.producer_id,
-                body.producer_epoch,
-                TopicPartition(topic=target.topic, partition=target.index),
-            )
-            if transactional_id is not None:
-                await node.access.require(
-                    caller, ResourceType.TRANSACTIONAL_ID, transactional_id, Operation.WRITE
-                )
     acks_all = body.acks == -1
-    target.role.require_leader(acks_all=acks_all)
-    result = target.append(body, rows)
+    verify = False
+    if body.transactional:  # validate_rows saw to the producer fields
+        assert body.producer_id is not None and body.producer_epoch is not None
+        verify = target.needs_verification(body.producer_id, body.producer_epoch)
+    if verify:
+        result = await _verified_append(node, target, body, rows, caller, acks_all=acks_all)
+    else:
+        target.role.require_leader(acks_all=acks_all)
+        result = target.append(body, rows)
     await target.wait_durable(result, acks_all=acks_all)
     if result.duplicate:
         node.metrics.duplicate_batches.inc()
@@ -155,6 +150,34 @@ async def _append(
         duplicate=result.duplicate,
         log_append_time_ms=result.append_time_ms,
     )
+
+
+async def _verified_append(
+    node: NodeContext,
+    target: Partition,
+    body: ProduceRequest,
+    rows: list[Row],
+    caller: str | None,
+    *,
+    acks_all: bool,
+) -> AppendResult:
+    """Verify the batch, then append it in the same step of the event loop as the last
+    checks: the verification guard (no marker for the producer arrived meanwhile), and
+    leadership, which may have moved during the round trip."""
+    assert body.producer_id is not None and body.producer_epoch is not None
+    with target.verifications.guard(body.producer_id) as guard:
+        transactional_id = await node.verifier.verify(
+            body.producer_id,
+            body.producer_epoch,
+            TopicPartition(topic=target.topic, partition=target.index),
+        )
+        if transactional_id is not None:
+            await node.access.require(
+                caller, ResourceType.TRANSACTIONAL_ID, transactional_id, Operation.WRITE
+            )
+        target.verifications.check(guard, body.producer_id)
+        target.role.require_leader(acks_all=acks_all)
+        return target.append(body, rows)
 
 
 @router.get(

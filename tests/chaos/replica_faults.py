@@ -18,14 +18,19 @@ the next injection, and counts what happened, so a fault that did nothing fails 
 
 from __future__ import annotations
 
+import itertools
 import shutil
+import threading
 import time
+import uuid
+from concurrent.futures import Future
 from typing import Any
 
 import httpx
 
+from sdk import AdminClient, Producer, RecordMetadata
 from tests.chaos.cluster import chaos_spec
-from tests.chaos.faults import Fault
+from tests.chaos.faults import Fault, commit_times
 from tests.chaos.history import History
 from tests.chaos.workload import Workload, wait_for
 from tests.support.proxy import NO_FAULTS, FaultPlan
@@ -189,8 +194,154 @@ class LeaderIsolation(ReplicatedFault):
                    and "__consumer_offsets" not in line for line in text.splitlines())  # fmt: skip
 
 
+class AckedWriter:
+    """An idempotent ``Producer`` (acks=all) sending unique values to one partition from a
+    thread of its own, keeping each value whose send was acknowledged: what must never be
+    lost, whatever happens to the replicas afterwards."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, tag: str) -> None:
+        self.topic, self.partition, self.tag = topic, partition, tag
+        self.sent: list[tuple[str, Future[RecordMetadata]]] = []
+        self._producer = Producer(bootstrap, linger_ms=5)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"acked {tag}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.wait(0.02):  # about 50 records a second
+            value = f"{self.tag}.{i}"
+            self.sent.append((value, self._producer.send(self.topic, value,
+                                                         partition=self.partition)))  # fmt: skip
+            i += 1
+
+    def stop(self) -> list[str]:
+        """Stop sending, wait for every answer; the values acknowledged."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._producer.close()
+        return [v for v, f in self.sent if f.done() and f.exception() is None]
+
+
+class FollowersPausedLeaderKilled(ReplicatedFault):
+    """Both followers of the busiest leader are SIGSTOPped while it takes writes; once the
+    controller has the ISR of its partitions down to the leader alone and the leader holds
+    writes no follower has, the leader is SIGKILLed and the followers are resumed. The
+    written topics allow unclean elections, so a resumed follower leads the dead leader's
+    partitions: whatever the old leader alone held is gone, and the old leader is
+    restarted only after that (it follows, cutting its log back).
+
+    Two writers meet it: the copiers' transactions, and an idempotent producer
+    (``AckedWriter``) on a side topic partition the victim leads. With min.insync.replicas
+    2, acks=all acknowledged none of what the old leader alone held — records or markers
+    (issue 27) — so no acknowledged value of either may be missing afterwards. ``windows``:
+    per injection, the longest stretch without a commit from the pause until the cluster
+    is whole again (the unavailable window)."""
+
+    name = "followers SIGSTOPped under load, leader SIGKILLed, followers resumed (RF=3)"
+    spec = chaos_spec(**REPLICATED, node_flags=("--replica-lag-time-max-ms", "2000"))
+    unclean_output = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.windows: list[float] = []
+        self.side = f"chaos-acked-{uuid.uuid4().hex[:8]}"
+        self.lost: list[str] = []
+
+    def inject(self, workload: Workload, k: int) -> None:
+        cluster = workload.cluster
+        if k == 0:
+            with AdminClient(cluster.bootstrap()) as admin:
+                admin.create_topic(self.side, 3, unclean_leader_election=True)
+        wait_for("every side partition led and fully in sync",
+                 lambda: all(s["leader"]["node_id"] != -1 and len(s["isr"]) == 3
+                             for s in self._states(workload) if s["topic"] == self.side),
+                 timeout=60)  # fmt: skip
+        side = k % 3  # the side partition whose leader is the victim: it takes writes
+        (state,) = self._of(workload, [(self.side, side)])
+        victim = int(state["leader"]["node_id"])
+        led = self._led(workload, victim)
+        writer = AckedWriter(cluster.bootstrap(), self.side, side, f"k{k}")
+        try:
+            wait_for("the side writer's first acknowledgement",
+                     lambda: any(f.done() for _, f in writer.sent), timeout=30)  # fmt: skip
+            paused_at = time.monotonic()
+            self._pause_followers_kill_leader(workload, victim, led)
+            cluster.start_node(victim)
+            self.heal(workload)
+        finally:
+            acked = writer.stop()
+        self.windows.append(_longest_gap(commit_times(workload.dir), paused_at, time.monotonic()))
+        self.counts["longest window without a commit ms"] = int(max(self.windows) * 1000)
+        present = {v for _, v in workload.read_all(self.side, side)}
+        self.lost += [v for v in acked if v not in present]
+        self.counts["side records acknowledged"] += len(acked)
+        self.counts["injected"] += 1
+
+    def _pause_followers_kill_leader(
+        self, workload: Workload, victim: int, led: list[tuple[str, int]]
+    ) -> None:
+        cluster = workload.cluster
+        ends = self._log_ends(workload, victim)
+        followers = [n for n in (1, 2, 3) if n != victim]
+        for n in followers:
+            cluster.node(n).pause()
+        try:
+            wait_for(f"node {victim}'s partitions {led} in sync on node {victim} alone",
+                     lambda: all(s["isr"] == [victim] for s in self._of(workload, led)),
+                     timeout=60)  # fmt: skip
+            wait_for(f"node {victim} to take writes its stopped followers lack",
+                     lambda: any(self._log_ends(workload, victim)[tp] > ends[tp] for tp in led),
+                     timeout=60)  # fmt: skip
+            cluster.node(victim).kill()
+        finally:
+            for n in followers:
+                cluster.node(n).resume()
+        wait_for(f"resumed followers to lead node {victim}'s partitions",
+                 lambda: all(s["leader"]["node_id"] not in (victim, -1)
+                             for s in self._of(workload, led)), timeout=60)  # fmt: skip
+        self.counts["elections"] += len(led)
+
+    def problems(self, workload: Workload, injections: int, history: History) -> list[str]:
+        found = super().problems(workload, injections, history)
+        if self.counts["side records acknowledged"] == 0:
+            found.append("the side writer had no record acknowledged")
+        if self.lost:
+            found.append(f"{len(self.lost)} acknowledged side records lost: {self.lost[:10]}")
+        return found
+
+    def _led(self, workload: Workload, victim: int) -> list[tuple[str, int]]:
+        """The partitions of the written topics (output and side) ``victim`` leads."""
+        return [(s["topic"], s["partition"]) for s in self._states(workload)
+                if s["leader"]["node_id"] == victim]  # fmt: skip
+
+    def _states(self, workload: Workload) -> list[dict[str, Any]]:
+        states = [s for s in partition_states(workload) if s["topic"] == workload.output]
+        url = workload.cluster.bootstrap().split(",")[0]
+        answer = httpx.get(f"{url}/v1/topics/{self.side}", timeout=5)
+        answer.raise_for_status()
+        return states + [{**p, "topic": self.side} for p in answer.json()["partitions"]]
+
+    def _of(self, workload: Workload, led: list[tuple[str, int]]) -> list[dict[str, Any]]:
+        return [s for s in self._states(workload) if (s["topic"], s["partition"]) in led]
+
+    def _log_ends(self, workload: Workload, node_id: int) -> dict[tuple[str, int], int]:
+        """The log end of every partition on ``node_id``, read from the node itself."""
+        listed = httpx.get(f"{workload.cluster.node(node_id).url}/internal/v1/partitions",
+                           headers=_internal(workload), timeout=5).json()  # fmt: skip
+        return {(p["topic"], p["partition"]): p["log_end_offset"] for p in listed["partitions"]}
+
+
+def _longest_gap(commits: list[float], start: float, end: float) -> float:
+    """The longest time in [start, end] with no commit acknowledged."""
+    inside = [start, *(t for t in commits if start < t < end), end]
+    return max(b - a for a, b in itertools.pairwise(inside))
+
+
 def _internal(workload: Workload) -> dict[str, str]:
     return {"authorization": f"Bearer {workload.cluster.plan.internal_token()}"}
 
 
-REPLICA_FAULTS: list[type[Fault]] = [LeaderKill, NodeWipe, LeaderIsolation]
+REPLICA_FAULTS: list[type[Fault]] = [
+    LeaderKill, NodeWipe, LeaderIsolation, FollowersPausedLeaderKilled,
+]
