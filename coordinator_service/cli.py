@@ -73,7 +73,7 @@ def db_upgrade(
     revision: str = typer.Option("head", "--revision", help="Alembic revision to reach."),
 ) -> None:
     """Apply the Alembic migrations (``alembic upgrade head``)."""
-    from coordinator_service.db.engine import make_engine, upgrade
+    from coordinator_service.db.engine import MigrationError, make_engine, upgrade
 
     settings = settings_from_flags(
         CoordinatorSettings, {"database_url": database_url, "data_dir": data_dir}
@@ -81,6 +81,11 @@ def db_upgrade(
     engine = make_engine(settings.effective_database_url, pool_size=1)
     try:
         upgrade(engine, revision)
+    except MigrationError as exc:
+        # An operator's answer, not a traceback: which revision failed, why, and that the
+        # database was left as it was (the upgrade is one transaction).
+        typer.echo(f"eos db upgrade: {exc}", err=True)
+        raise typer.Exit(1) from None
     finally:
         engine.dispose()
     typer.echo(f"database at revision {revision}")

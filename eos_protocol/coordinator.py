@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from eos_protocol.common import (
     AnswerModel,
@@ -19,17 +19,18 @@ from eos_protocol.common import (
     examples,
 )
 from eos_protocol.states import TransactionState
+from eos_protocol.versions import (
+    PREVIOUS_RELEASE_FEATURES,
+    TRANSACTION_VERSION_1,
+    TRANSACTION_VERSION_2,
+    ClusterFeatures,
+    features_of_metadata,
+)
 
 MAX_TRANSACTION_TIMEOUT_MS = 900_000
 MAX_REPLICATION_FACTOR = 100
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
-#: KIP-890 part 1: the client adds every partition itself (add-partitions) before its
-#: first batch there, and the storage node only verifies it.
-TRANSACTION_VERSION_1 = 1
-#: KIP-890 part 2: the storage node adds the partition on the first batch, and every
-#: commit or abort bumps the producer epoch.
-TRANSACTION_VERSION_2 = 2
 TransactionVersion = Annotated[
     int,
     Field(
@@ -139,6 +140,11 @@ class MetadataResponse(AnswerModel):
                     ],
                 }
             ],
+            "features": {
+                "release": "0.3.0",
+                "protocol": 2,
+                "transaction_version": {"min": 1, "max": 2},
+            },
         }
     )
 
@@ -150,6 +156,24 @@ class MetadataResponse(AnswerModel):
         "clients and storage nodes fall over to them when the one they know is down.",
     )
     topics: list[TopicInfo]
+    features: ClusterFeatures = Field(
+        # read from a coordinator that names none: the previous release's (docs/design.md
+        # "Versions and compatibility"), so every reader applies the one rule
+        default_factory=lambda: PREVIOUS_RELEASE_FEATURES.model_copy(),
+        description="What the answering coordinator understands: its release, its request "
+        "protocol and the feature levels a request may ask for (KIP-584's finalized "
+        "features). Absent from the releases before 0.3.0, which means protocol 1 and "
+        "transaction version 1 only.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _features_of_an_earlier_release(cls, data: Any) -> Any:
+        """An answer that names no features stands for the release its shape gives away
+        (``features_of_metadata``): one rule for every reader."""
+        if isinstance(data, dict) and "features" not in data:
+            return {**data, "features": features_of_metadata(data)}
+        return data
 
 
 class LiveCoordinators(AnswerModel):

@@ -22,6 +22,7 @@ The exception tree::
     │   ├── ProducerFencedError, InvalidProducerEpochError, InvalidProducerIdMappingError
     │   ├── InvalidTxnStateError, TransactionCoordinatorFencedError
     │   ├── InvalidTransactionTimeoutError, TransactionalIdNotFoundError
+    │   ├── UnsupportedVersionError
     │   └── UnauthenticatedError, TransactionalIdAuthorizationFailedError,
     │       ClusterAuthorizationFailedError
     └── (plain)                        request errors that say nothing about a producer
@@ -30,6 +31,10 @@ The exception tree::
 
 Beyond docs/design.md §4 the catalogue adds ``OFFSET_OUT_OF_RANGE`` (416, a fetch past the log
 end), ``NOT_FOUND`` (404, an unknown path) and ``INTERNAL_ERROR`` (500, a bug: never expected).
+``UNSUPPORTED_VERSION`` (Kafka's name) is raised by a client instead of a request the
+cluster's features say it would not understand, or in place of an older coordinator's
+refusal of one ("Versions and compatibility" in docs/design.md): fatal, since the same
+producer would ask for the same again.
 """
 
 from __future__ import annotations
@@ -142,6 +147,14 @@ _ROWS: list[tuple[str, str, int, type[EosError], str]] = [
         400,
         FatalError,
         "The transaction timeout is larger than the coordinator's maximum or not positive.",
+    ),
+    (
+        "UnsupportedVersionError",
+        "UNSUPPORTED_VERSION",
+        400,
+        FatalError,
+        "The request needs a version or feature the cluster does not support (its release "
+        "is older than the client's).",
     ),
     (
         "InvalidRecordError",
@@ -405,6 +418,7 @@ def codes_with_status(status: int) -> list[str]:
 InvalidRequestError = ERROR_CLASSES["INVALID_REQUEST"]
 InvalidTransactionTimeoutError = ERROR_CLASSES["INVALID_TRANSACTION_TIMEOUT"]
 InvalidRecordError = ERROR_CLASSES["INVALID_RECORD"]
+UnsupportedVersionError = ERROR_CLASSES["UNSUPPORTED_VERSION"]
 UnauthenticatedError = ERROR_CLASSES["UNAUTHENTICATED"]
 TransactionalIdAuthorizationFailedError = ERROR_CLASSES["TRANSACTIONAL_ID_AUTHORIZATION_FAILED"]
 TopicAuthorizationFailedError = ERROR_CLASSES["TOPIC_AUTHORIZATION_FAILED"]

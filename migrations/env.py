@@ -1,5 +1,11 @@
 """Alembic environment: runs migrations on the connection the coordinator hands in, or on
-the URL in ``sqlalchemy.url`` / ``EOS_DATABASE_URL`` when run from the alembic command."""
+the URL in ``sqlalchemy.url`` / ``EOS_DATABASE_URL`` when run from the alembic command.
+
+The coordinator (``coordinator_service/db/migrate.py``) hands in a connection that is
+already inside its transaction, with SQLite's foreign keys off, and an
+``on_version_apply`` callback that checks each revision and records it: every pending
+revision then runs in that one transaction, so a failure rolls all of them back.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,17 @@ def _url() -> str:
     return url
 
 
+def _configure(connection: sa.Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        # all revisions in one transaction (Alembic's default, stated because the
+        # all-or-nothing upgrade depends on it)
+        transaction_per_migration=False,
+        on_version_apply=config.attributes.get("on_version_apply"),
+    )
+
+
 def run_migrations_offline() -> None:
     context.configure(url=_url(), literal_binds=True, dialect_opts={"paramstyle": "named"})
     with context.begin_transaction():
@@ -28,13 +45,13 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        context.configure(connection=connection, target_metadata=target_metadata)
-        with context.begin_transaction():
+        _configure(connection)
+        with context.begin_transaction():  # joins the transaction the caller began
             context.run_migrations()
         return
     engine = sa.create_engine(_url(), poolclass=sa.pool.NullPool)
     with engine.connect() as conn:
-        context.configure(connection=conn, target_metadata=target_metadata)
+        _configure(conn)
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()

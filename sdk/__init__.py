@@ -64,6 +64,7 @@ from eos_protocol.errors import (
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
+    UnsupportedVersionError,
 )
 from sdk._config import USE_DEFAULT, RetryConfig, UseDefault
 from sdk._errors import (
@@ -148,5 +149,6 @@ __all__ = [
     "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
     "UnstableOffsetCommitError",
+    "UnsupportedVersionError",
     "UseDefault",
 ]

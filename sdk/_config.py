@@ -98,16 +98,19 @@ class ProducerConfig:
     is the CA bundle that ``https://`` services are verified against.
 
     ``transaction_version`` is the transaction protocol of a ``TransactionalProducer``
-    (KIP-890): 2, the default, sends no add-partitions (the storage node adds each
-    partition on the transaction's first batch there) and continues each transaction at
-    the epoch its commit or abort bumped; 1 is the older flow, for coordinators that do
-    not speak version 2: one add-partitions call before the first batch to each partition.
-    A coordinator that answers without the field is spoken to with version 1.
+    (KIP-890). ``None``, the default, takes the highest version both the client and the
+    cluster speak (the cluster names its versions in its metadata; one of an earlier
+    release, which names none, speaks 1 only). 2 sends no add-partitions (the storage node
+    adds each partition on the transaction's first batch there) and continues each
+    transaction at the epoch its commit or abort bumped; init raises
+    ``UnsupportedVersionError`` when the cluster does not speak it. 1 is the older flow,
+    which every release speaks: one add-partitions call before the first batch to each
+    partition. A coordinator that answers an init without the field speaks version 1.
     """
 
     bootstrap_url: str | Sequence[str]
     transactional_id: str | None = None
-    transaction_version: int = TRANSACTION_VERSION_2
+    transaction_version: int | None = None
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     linger_ms: int = 5
     batch_size: int = 16_384
@@ -136,8 +139,8 @@ class ProducerConfig:
             )
         if self.delivery_timeout_ms < self.linger_ms:
             raise ValueError("delivery_timeout_ms must be at least linger_ms")
-        if self.transaction_version not in (TRANSACTION_VERSION_1, TRANSACTION_VERSION_2):
-            raise ValueError("transaction_version must be 1 or 2")
+        if self.transaction_version not in (None, TRANSACTION_VERSION_1, TRANSACTION_VERSION_2):
+            raise ValueError("transaction_version must be 1, 2 or None (the highest both speak)")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ loss of the one a client bootstrapped on costs it one failed attempt.
 Placement never changes once written (docs/design.md §4), so entries live until a request says
 otherwise: NOT_LEADER_OR_FOLLOWER or a lost connection drops a topic; NOT_COORDINATOR moves
 the coordinator to the URL the answer names (or forgets it, to be found again).
+
+The cluster's ``features`` (what its coordinators understand, ``sdk._versions``) come with
+the same metadata answer as the live coordinators, and are refreshed with them.
 """
 
 from __future__ import annotations
@@ -19,9 +22,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pydantic import ValidationError
+
 from eos_protocol.addresses import AddressError, check_url, parse_url_list
+from eos_protocol.common import read_answer
 from eos_protocol.errors import LeaderNotAvailableError, UnknownTopicOrPartitionError
 from eos_protocol.paths import segment
+from eos_protocol.versions import (
+    PREVIOUS_RELEASE_FEATURES,
+    ClusterFeatures,
+    features_of_metadata,
+)
 from sdk._transport import refind_target
 from sdk._types import TopicPartition
 
@@ -99,6 +110,8 @@ class MetadataCache:
         self._stale: set[str] = set()  # leaders to look up again (the count stays valid)
         self.txn_coordinator: str | None = None
         self._group_nodes: dict[str, str] = {}
+        #: What the cluster understands; None until a metadata answer came.
+        self.features: ClusterFeatures | None = None
 
     # --- topics --------------------------------------------------------------------------
 
@@ -118,10 +131,12 @@ class MetadataCache:
         return self.endpoints.current()
 
     def update_metadata(self, body: dict[str, Any]) -> None:
+        """Store a ``GET /v1/metadata`` answer: topics, live coordinators, features."""
         for topic in body.get("topics", []):
             self.update_topic(topic)
-        if "coordinators" in body:
-            self.endpoints.learn([str(c["url"]) for c in body["coordinators"]])
+        # an answer without coordinators (an older release) still counts as learned
+        self.endpoints.learn([str(c["url"]) for c in body.get("coordinators", [])])
+        self.features = features_of(body)
 
     def unreachable(self, url: str) -> None:
         """A request to ``url`` got no answer: pass over it if it is a coordinator."""
@@ -167,6 +182,19 @@ class MetadataCache:
 
     def invalidate_group(self, group_id: str) -> None:
         self._group_nodes.pop(group_id, None)
+
+
+def features_of(metadata: dict[str, Any]) -> ClusterFeatures:
+    """The features a metadata answer names; the previous release's when it names none
+    (or names them in a shape this client cannot read: the oldest requests are the safe
+    ones)."""
+    raw = features_of_metadata(metadata)
+    if isinstance(raw, ClusterFeatures):
+        return raw
+    try:
+        return read_answer(ClusterFeatures, raw)
+    except ValidationError:
+        return PREVIOUS_RELEASE_FEATURES
 
 
 def topic_path(topic: str) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from eos_protocol.coordinator import TRANSACTION_VERSION_1
 from eos_protocol.errors import (
     AbortableError,
     FatalError,
@@ -105,6 +106,9 @@ class ProducerCore:
         )
         self.closed = False
         self.init_in_flight = False
+        #: The transaction version init asks for: the configured one, or the highest the
+        #: cluster speaks too, decided at init (``sdk._versions``).
+        self.init_version = config.transaction_version or TRANSACTION_VERSION_1
 
     @property
     def transactional(self) -> bool:

@@ -36,15 +36,21 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 from eos_protocol.coordinator import TRANSACTION_VERSION_1
-from eos_protocol.errors import InvalidTxnStateError
+from eos_protocol.errors import InvalidRequestError, InvalidTxnStateError
+from eos_protocol.versions import PREVIOUS_RELEASE_FEATURES, ClusterFeatures
 from sdk._accumulator import FutureLike, ProducerBatch
 from sdk._config import USE_DEFAULT, TimeoutArg, resolve_timeout
 from sdk._errors import EosTimeoutError
 from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path, txn_path
 from sdk._producer_base import Body, ProducerCore, normalise_offsets
 from sdk._state import ProducerState
-from sdk._transport import Invalidate, Req
+from sdk._transport import MEMBERS_PARAMS, MEMBERS_PATH, Invalidate, Req
 from sdk._types import Offsets, Payload, TopicPartition
+from sdk._versions import (
+    choose_transaction_version,
+    refused_field,
+    unsupported_transaction_version,
+)
 
 T = TypeVar("T")
 
@@ -133,6 +139,32 @@ def group_node_url(core: ProducerCore, group_id: str) -> Steps[str]:
         url = core.metadata.group_node(group_id)
         assert url is not None
     return url
+
+
+def _first_coordinator(core: ProducerCore) -> Steps[str]:
+    """Any coordinator, without the bootstrap's own learning call (the caller's request
+    is that call)."""
+    yield from ()
+    return core.metadata.bootstrap_url
+
+
+def cluster_features(core: ProducerCore) -> Steps[ClusterFeatures]:
+    """What the cluster understands: learned with the live coordinators (and refreshed
+    with them), asked for here only when no metadata answer came yet."""
+    features = core.metadata.features
+    if features is None:
+        body = yield Call(
+            Req.METADATA,
+            "GET",
+            MEMBERS_PATH,
+            timeout_s=core.config.max_block_ms / 1000,
+            params=dict(MEMBERS_PARAMS),
+            locate=lambda: _first_coordinator(core),
+        )
+        core.metadata.update_metadata(body)
+        features = core.metadata.features
+        assert features is not None
+    return features
 
 
 def fetch_topic(core: ProducerCore, topic: str) -> Steps[list[str]]:
@@ -234,22 +266,54 @@ def produce(core: ProducerCore, batch: ProducerBatch) -> Steps[None]:
 
 def init_transactions(core: ProducerCore, timeout: TimeoutArg) -> Steps[None]:
     """Get the producer id and epoch, fencing any older producer with this id. A fatal
-    error (fenced) ends the producer; any other leaves it INITIALIZING, to call again."""
+    error (fenced, or a transaction version the cluster lacks) ends the producer; any
+    other leaves it INITIALIZING, to call again."""
     core.txn.begin_init()
     try:
-        body = yield txn_call(core, Req.INIT_TRANSACTIONS, "init", _init_body(core, False), timeout)
+        core.init_version = yield from transaction_version(core)
+        try:
+            body = yield txn_call(
+                core, Req.INIT_TRANSACTIONS, "init", _init_body(core, False), timeout
+            )
+        except InvalidRequestError as exc:
+            if not refused_field(exc, "transaction_version"):
+                raise
+            body = yield from _init_at_version_1(core, exc, timeout)
     except Exception as exc:
         core.txn.on_error(exc)
         raise
     _on_init(core, body)
 
 
+def transaction_version(core: ProducerCore) -> Steps[int]:
+    """The version init asks for. 1 needs no question: every release speaks it, and it is
+    sent as the previous release's clients send it. Otherwise the cluster's features
+    decide (``sdk._versions``)."""
+    if core.config.transaction_version == TRANSACTION_VERSION_1:
+        return TRANSACTION_VERSION_1
+    features = yield from cluster_features(core)
+    return choose_transaction_version(core.config.transaction_version, features)
+
+
+def _init_at_version_1(core: ProducerCore, refusal: Exception, timeout: TimeoutArg) -> Steps[Any]:
+    """The coordinator that owns the id refused ``transaction_version``: it is of an
+    earlier release than the one whose features were read (coordinators upgraded one at
+    a time). A producer that asked for no version speaks 1 with it; one that asked for
+    this version cannot."""
+    if core.config.transaction_version is not None:
+        raise unsupported_transaction_version(
+            core.init_version, PREVIOUS_RELEASE_FEATURES
+        ) from refusal
+    core.init_version = TRANSACTION_VERSION_1
+    return (yield txn_call(core, Req.INIT_TRANSACTIONS, "init", _init_body(core, False), timeout))
+
+
 def _init_body(core: ProducerCore, bump: bool) -> dict[str, Any]:
-    """The init request, asking for the configured transaction version (version 1 sends
+    """The init request, asking for the negotiated transaction version (version 1 sends
     no field at all: exactly the older clients' request)."""
     body = core.init_body(bump)
-    if core.config.transaction_version != TRANSACTION_VERSION_1:
-        body["transaction_version"] = core.config.transaction_version
+    if core.init_version != TRANSACTION_VERSION_1:
+        body["transaction_version"] = core.init_version
     return body
 
 

@@ -34,7 +34,7 @@ _RULES: list[tuple[str, str]] = [
     (r"__aexit__", "__exit__"),
     (r"\baclose\b", "close"),
     (r"\(async twin\)", "(blocking twin)"),
-    (r"import SyncTransport, Req\b", "import Req, SyncTransport"),
+    (r"\bSyncTransport, Req\b", "Req, SyncTransport"),
 ]
 
 HEADER = "# Generated from sdk/{source} by sdk/_unasync.py: edit that file, not this one.\n"

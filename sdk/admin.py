@@ -39,6 +39,7 @@ from eos_protocol.hanging import (
 from eos_protocol.node import PartitionOffsets, ProducerDescription
 from eos_protocol.paths import segment
 from eos_protocol.states import TransactionState
+from eos_protocol.versions import PROTOCOL_0_3_0, ClusterFeatures
 from sdk._config import USE_DEFAULT, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._metadata import (
     Bootstrap,
@@ -47,8 +48,9 @@ from sdk._metadata import (
     partition_path,
     topic_path,
 )
-from sdk._transport import Req, SyncTransport
+from sdk._transport import MEMBERS_PARAMS, MEMBERS_PATH, Req, SyncTransport
 from sdk._types import TopicPartition, as_topic_partition
+from sdk._versions import require_protocol
 
 _DEFAULT_TIMEOUT_MS = 30_000
 
@@ -140,6 +142,13 @@ class AdminClient:
             request["retention_ms"] = retention_ms
         if retention_bytes is not None:
             request["retention_bytes"] = retention_bytes
+        options = sorted(set(request) - {"name", "partitions"})
+        if options:  # the releases before 0.3.0 refuse every one of them
+            require_protocol(
+                self._features(timeout), PROTOCOL_0_3_0,
+                f"create_topic with {', '.join(options)}",
+                "leave the options out to take the cluster's defaults",
+            )  # fmt: skip
         try:
             body = self._http.call(
                 Req.CREATE_TOPIC,
@@ -165,6 +174,7 @@ class AdminClient:
     ) -> TopicInfo:
         """Change a topic's retention (-1: unlimited); what is not given is kept. Needs
         alter on the topic; the storage nodes apply it within a heartbeat."""
+        require_protocol(self._features(timeout), PROTOCOL_0_3_0, "alter_topic")
         request = AlterTopicConfigRequest(
             retention_ms=retention_ms, retention_bytes=retention_bytes
         ).model_dump(exclude_none=True)
@@ -191,8 +201,10 @@ class AdminClient:
         return read_answer(TopicInfo, self._get(Req.TOPIC, topic_path(name), timeout))
 
     def describe_cluster(self, *, timeout: TimeoutArg = USE_DEFAULT) -> MetadataResponse:
-        """The cluster id, the storage nodes and every topic with its partitions' leaders."""
+        """The cluster id, the storage nodes, every topic with its partitions' leaders, and
+        the cluster's ``features`` (the previous release's when it names none)."""
         body = self._get(Req.METADATA, "/v1/metadata", timeout)
+        self._metadata.update_metadata(body)
         return read_answer(MetadataResponse, body)
 
     def find_coordinator(
@@ -290,6 +302,9 @@ class AdminClient:
         """Transactions open on a partition that the coordinators cannot end (KIP-664's
         find-hanging), from a fresh look at every storage node; needs describe on the
         cluster."""
+        require_protocol(
+            self._features(timeout), PROTOCOL_0_3_0, "list_hanging_transactions"
+        )
         body = self._get(Req.LIST_TRANSACTIONS, "/v1/admin/hanging-transactions", timeout)
         return read_answer(HangingTransactionsResponse, body)
 
@@ -306,6 +321,9 @@ class AdminClient:
         data and for transactions the coordinator holds; ``NotFoundError`` when none is
         open (a retry after a lost answer finds it aborted already). Needs alter on the
         cluster."""
+        require_protocol(
+            self._features(timeout), PROTOCOL_0_3_0, "abort_hanging_transaction"
+        )
         tp = as_topic_partition(partition)
         request = AbortHangingRequest(
             topic=tp.topic, partition=tp.partition, producer_id=producer_id,
@@ -387,6 +405,17 @@ class AdminClient:
             url = self._metadata.leader(tp)
             assert url is not None
         return url
+
+    def _features(self, timeout: TimeoutArg) -> ClusterFeatures:
+        """What the cluster understands: learned with the live coordinators at the first
+        request (and refreshed with them); asked for here only if that learning failed."""
+        self._bootstrap()
+        if self._metadata.features is None:
+            body = self._get(Req.METADATA, MEMBERS_PATH, timeout, dict(MEMBERS_PARAMS))
+            self._metadata.update_metadata(body)
+        features = self._metadata.features
+        assert features is not None
+        return features
 
     def _coordinator(self, transactional_id: str, timeout: TimeoutArg) -> str:
         if self._metadata.txn_coordinator is None:

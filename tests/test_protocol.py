@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import pytest
 
 from eos_protocol import errors
 from eos_protocol.errors import CATALOGUE, ErrorClass, error_for
+from eos_protocol.versions import RELEASE
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +85,16 @@ def test_error_for_builds_the_right_class_and_envelope() -> None:
         "error": {"code": "PRODUCER_FENCED", "message": "old epoch", "retriable": False}
     }
     assert isinstance(error_for("SOMETHING_NEW"), errors.InternalError)
+
+
+def test_the_release_is_the_package_version() -> None:
+    """The features a coordinator names carry ``RELEASE``; the package says the same."""
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert pyproject["project"]["version"] == RELEASE
+
+
+def test_unsupported_version_is_fatal() -> None:
+    """A producer that asked for a version the cluster lacks would ask for it again."""
+    error = error_for("UNSUPPORTED_VERSION", "transaction version 2")
+    assert isinstance(error, errors.UnsupportedVersionError)
+    assert CATALOGUE["UNSUPPORTED_VERSION"].error_class is ErrorClass.FATAL

@@ -23,6 +23,7 @@ from eos_protocol.coordinator import (
 )
 from eos_protocol.errors import CoordinatorNotAvailableError
 from eos_protocol.partitioning import group_offsets_partition
+from eos_protocol.versions import CURRENT_FEATURES
 from eos_server.envelope import error_responses
 
 router = APIRouter(prefix="/v1", tags=["metadata"])
@@ -31,8 +32,10 @@ router = APIRouter(prefix="/v1", tags=["metadata"])
 @router.get(
     "/metadata",
     operation_id="getMetadata",
-    summary="Cluster metadata: storage nodes, topics and partition leaders",
-    description="Lists only the topics the caller may describe.",
+    summary="Cluster metadata: storage nodes, topics, partition leaders and features",
+    description="Lists only the topics the caller may describe. `features` names what "
+    "this coordinator understands (release, request protocol, transaction versions), so a "
+    "client of another release sends only requests it takes.",
     response_model=MetadataResponse,
     responses=error_responses("UNAUTHENTICATED"),
 )
@@ -57,6 +60,7 @@ async def get_metadata(
             for topic in topics
             if access.allowed(caller, ResourceType.TOPIC, topic.name, Operation.DESCRIBE)
         ],
+        features=CURRENT_FEATURES,
     )
 
 

@@ -19,16 +19,17 @@ from typing import Any, ParamSpec, TypeVar
 
 import anyio
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 from sqlalchemy.engine import Connection, Engine
 
-import migrations
+# Migrations live in ``migrate.py`` (how they run on SQLite with data, all or nothing);
+# re-exported here, where the rest of the code has always found them.
+from coordinator_service.db.migrate import MIGRATIONS_DIR as MIGRATIONS_DIR
+from coordinator_service.db.migrate import MigrationError as MigrationError
+from coordinator_service.db.migrate import alembic_config as alembic_config
+from coordinator_service.db.migrate import upgrade as upgrade
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
 
 
 def is_sqlite(url: str) -> bool:
@@ -80,25 +81,6 @@ def make_engine(
         url, pool_size=pool_size, max_overflow=4, pool_recycle=1800,
         connect_args=connect_args,
     )
-
-
-def alembic_config(url: str | None = None) -> Config:
-    cfg = Config(str(MIGRATIONS_DIR / "alembic.ini"))
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    if url:
-        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return cfg
-
-
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """``alembic upgrade head`` on ``engine``: the only way the schema is made or changed."""
-    cfg = alembic_config()
-    with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            # Several coordinators may start at once: let one migrate, the others wait.
-            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(4242)")
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
 
 
 FIRST_START_LOCK = 4243

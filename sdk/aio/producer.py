@@ -358,7 +358,7 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
         transactional_id: str,
         *,
         transaction_timeout_ms: int = 60_000,
-        transaction_version: int = 2,
+        transaction_version: int | None = None,
         linger_ms: int = 5,
         batch_size: int = 16_384,
         max_in_flight: int = 5,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from eos_protocol.versions import CURRENT_FEATURES
 from sdk import InvalidTxnStateError, ProducerState, TopicPartition
 from sdk import _txn_calls as calls
 from sdk._config import USE_DEFAULT, ProducerConfig
@@ -30,7 +31,10 @@ INIT_V2 = {"producer_id": 7, "producer_epoch": 0, "transaction_version": 2}
 
 
 def ready_v2(drive: Driver, answer: dict[str, Any] = INIT_V2) -> ProducerCore:
+    """A version-2 producer initialised at a cluster whose features it knows already
+    (``test_versions.py`` covers learning them)."""
     core = new_core(transaction_version=2)
+    core.metadata.features = CURRENT_FEATURES
     drive.run(calls.init_transactions(core, USE_DEFAULT), answer)
     return core
 
@@ -69,7 +73,7 @@ def test_init_asks_for_version_2_and_takes_the_answer() -> None:
 
 
 def test_version_1_is_a_config_option_and_nothing_else_is() -> None:
-    assert ProducerConfig("http://c").transaction_version == 2
+    assert ProducerConfig("http://c").transaction_version is None  # negotiated at init
     with pytest.raises(ValueError, match="transaction_version"):
         ProducerConfig("http://c", transaction_version=3)
     drive = Driver()

@@ -1,0 +1,205 @@
+"""Upgrades from real earlier releases (``tests/support/releases.py``), as their users
+would do them: the old release's ``eos up`` (with authentication) writes a topic,
+committed and aborted transactions, group offsets (transactional and plain), an ACL and a
+second principal's token through the old SDK and CLI; it is stopped; the current release
+starts on the same data directory — SQLite migrated by the coordinator at start, or
+PostgreSQL migrated first with ``eos db upgrade`` — and every record, offset, ACL, token
+and the transactional id are checked, and a new transaction goes on with the old id.
+
+Neighbouring versions meet both ways: the current SDK runs a transaction against the old
+cluster before the upgrade, and the old SDK (``old_client.py``, run by the old release's
+Python) runs one against the new cluster after it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eos_protocol.coordinator import TransactionDescription
+from sdk import AdminClient, Consumer, TransactionalProducer
+from tests.support.coordinators import temp_database
+from tests.support.processes import free_port_base, wait_until
+from tests.support.releases import RELEASES, InstalledRelease, Release, install
+
+pytestmark = pytest.mark.slow
+
+OLD_CLIENT = Path(__file__).with_name("old_client.py")
+
+
+class Up:
+    """One release's ``eos up`` as a child of the test, its output in a file."""
+
+    def __init__(self, argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None) -> None:
+        self.argv, self.log, self.cwd, self.env = argv, log, cwd, env
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 120) -> None:
+        start = self.log.stat().st_size if self.log.exists() else 0  # the log is shared
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd, env=self.env
+            )
+
+        def ready() -> bool:
+            assert self.process is not None
+            text = self.log.read_bytes()[start:].decode(errors="replace")
+            assert self.process.poll() is None, f"eos up exited:\n{text[-4000:]}"
+            return "cluster ready" in text
+
+        wait_until(ready, timeout=timeout, interval=0.2, what=f"{self.argv[:4]} to be ready")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+
+@contextmanager
+def running(up: Up) -> Iterator[Up]:
+    """``up`` started, and stopped (reaped) on every path."""
+    try:
+        up.start()
+        yield up
+    finally:
+        up.stop()
+
+
+@contextmanager
+def database(kind: str) -> Iterator[str | None]:
+    if kind == "sqlite":
+        yield None
+        return
+    with temp_database() as url:
+        yield url
+
+
+def old_client(release: InstalledRelease, cwd: Path, *args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [release.python, str(OLD_CLIENT), *args],
+        capture_output=True, text=True, cwd=cwd, env=release.env(), timeout=180,
+    )  # fmt: skip
+    assert out.returncode == 0, f"the {release.release.version} client failed:\n{out.stderr}"
+    answer: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return answer
+
+
+def current(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "eos_cli.main", *args],
+        capture_output=True, text=True, cwd=cwd, timeout=180,
+    )  # fmt: skip
+
+
+def read_committed(url: str, token: str, topic: str, partitions: int) -> dict[int, list[str]]:
+    with AdminClient(url, token=token) as admin:
+        ends = {p: admin.list_offsets((topic, p)).last_stable_offset for p in range(partitions)}
+    found: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    with Consumer(url, token=token, max_poll_records=1000) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        for p in range(partitions):
+            consumer.seek((topic, p), 0)
+
+        def done() -> bool:
+            for record in consumer.poll(timeout=0.5):
+                found[record.partition].append(str(record.value))
+            return all(consumer.position((topic, p)) >= ends[p] for p in range(partitions))
+
+        wait_until(done, timeout=60, interval=0, what=f"every committed record of {topic}")
+    return found
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.version)
+def test_upgrade_from_an_earlier_release(release: Release, kind: str, tmp_path: Path) -> None:
+    old = install(release)
+    data = tmp_path / "data"
+    base = free_port_base()
+    url = f"http://127.0.0.1:{base}"
+    log = tmp_path / "up.log"
+    with database(kind) as database_url:
+        db = ["--database-url", database_url] if database_url else []
+        up_args = ["up", "--data-dir", str(data), "--port-base", str(base), "--auth", *db]
+        with running(Up(old.command(*up_args), log, tmp_path, old.env())):
+            token = (data / "admin-token").read_text().strip()
+            wrote = old_client(old, tmp_path, "write", url, token)
+            made = subprocess.run(
+                old.command("auth", "new-token", "--principal", wrote["reader"],
+                            "--tokens-file", str(data / "tokens.toml")),
+                capture_output=True, text=True, cwd=tmp_path, env=old.env(), timeout=60,
+            )  # fmt: skip
+            assert made.returncode == 0, made.stderr
+            reader_token = made.stdout.strip().splitlines()[-1]
+            # the current SDK against the old cluster
+            _transact(url, token, wrote["topic"], "new-client-on-old-cluster")
+            with AdminClient(url, token=token) as admin:
+                before = admin.describe_transaction(wrote["transactional_id"])
+        if database_url:
+            migrated = current("db", "upgrade", "--database-url", database_url, cwd=tmp_path)
+            assert migrated.returncode == 0, migrated.stderr
+        with running(Up([sys.executable, "-m", "eos_cli.main", *up_args], log, tmp_path, None)):
+            _check_upgraded(url, token, reader_token, wrote, before)
+            # the old SDK against the new cluster
+            answer = old_client(old, tmp_path, "transact", url, token, "old-client-on-new")
+            assert answer["read"] == answer["written"]
+
+
+def _transact(url: str, token: str, topic: str, transactional_id: str) -> None:
+    values = [f"{transactional_id}-{i}" for i in range(10)]
+    with TransactionalProducer(url, transactional_id, token=token) as producer:
+        producer.init_transactions()
+        with producer.transaction():
+            for value in values:
+                producer.send(topic, value, partition=1)
+    read = read_committed(url, token, topic, 3)[1]
+    assert [v for v in read if v in values] == values
+
+
+def _check_upgraded(
+    url: str, token: str, reader_token: str, wrote: dict[str, Any], before: TransactionDescription
+) -> None:
+    topic = wrote["topic"]
+    read = read_committed(url, token, topic, 3)
+    for p, values in wrote["committed"].items():
+        assert [v for v in read[int(p)] if v.startswith("t")] == values, f"partition {p}"
+    everything = {v for values in read.values() for v in values}
+    assert not everything & set(wrote["aborted"]), "aborted records shown read_committed"
+    for group, offsets in wrote["group_offsets"].items():
+        with Consumer(url, group, token=token) as consumer:
+            committed = consumer.committed([(topic, int(p)) for p in offsets])
+        assert {tp.partition: o.offset for tp, o in committed.items() if o} == {
+            int(p): o for p, o in offsets.items()
+        }, group
+    with AdminClient(url, token=token) as admin:
+        acls = admin.list_acls(principal=wrote["reader"])
+    assert [(a.resource_name, a.operation.value) for a in acls] == [(topic, "read")]
+    # the second principal's token and ACL still admit it (and only to read)
+    assert read_committed(url, reader_token, topic, 3)[0][:3] == wrote["committed"]["0"][:3]
+    # the transactional id kept its producer id and epoch, and goes on past that epoch
+    tid = wrote["transactional_id"]
+    with AdminClient(url, token=token) as admin:
+        kept = admin.describe_transaction(tid)
+    assert (kept.producer_id, kept.producer_epoch, kept.state) == (
+        before.producer_id, before.producer_epoch, before.state,
+    )  # fmt: skip
+    with TransactionalProducer(url, tid, token=token) as producer:
+        producer.init_transactions()
+        with producer.transaction():
+            producer.send(topic, "after the upgrade", partition=2)
+    with AdminClient(url, token=token) as admin:
+        after = admin.describe_transaction(tid)
+    assert after.producer_epoch > before.producer_epoch or after.producer_id != before.producer_id
+    assert read_committed(url, token, topic, 3)[2][-1] == "after the upgrade"
