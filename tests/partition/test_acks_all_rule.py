@@ -11,6 +11,7 @@ a write no follower had (issue 27). Records, markers and offset commits share th
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,14 @@ from eos_protocol.errors import (
     NotLeaderOrFollowerError,
     TransactionAbortableError,
 )
+from eos_protocol.node import RecordIn
 from partition_service.group_commit import Durability
 from partition_service.log.engine import PartitionEngine
 from partition_service.log.log import LogConfig
 from partition_service.partition import Limits, Partition
 from partition_service.replication.isr import LeaderReplicas
 from partition_service.replication.role import Assignment
+from partition_service.verification_guard import VerificationGuards
 
 pytestmark = pytest.mark.unit
 
@@ -84,13 +87,11 @@ async def _write(partition: Partition, value: str) -> None:
     await partition.wait_durable(result)
 
 
-def _record(value: str):  # type: ignore[no-untyped-def]
-    from eos_protocol.node import RecordIn
-
+def _record(value: str) -> RecordIn:
     return RecordIn(value=value)
 
 
-async def _until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
+async def _until(condition: Callable[[], bool], what: str) -> None:
     for _ in range(500):
         if condition():
             return
@@ -190,8 +191,6 @@ def test_a_write_whose_leader_epoch_ended_while_it_waited_is_refused(tmp_path: P
 def test_a_marker_during_a_verification_spoils_it() -> None:
     """KIP-890's verification guard: a marker for the producer while its batch was being
     verified means the transaction the verification vouched for is over."""
-    from partition_service.verification_guard import VerificationGuards
-
     guards = VerificationGuards()
     with guards.guard(7) as spoiled, guards.guard(7) as same:
         with guards.guard(8) as other:
@@ -204,3 +203,22 @@ def test_a_marker_during_a_verification_spoils_it() -> None:
         with guards.guard(7) as fresh:  # a verification begun after the marker stands
             guards.check(fresh, 7)
     assert len(guards) == 0  # nothing kept once no verification is under way
+
+
+def test_a_marker_spoils_the_producers_verification_under_way(tmp_path: Path) -> None:
+    """The partition's marker path spoils the guard: a batch verified before the marker
+    arrived is refused instead of opening a transaction nobody would end."""
+
+    async def run() -> None:
+        partition = _leading(tmp_path)
+        try:
+            with partition.verifications.guard(7) as guard:
+                marker = asyncio.ensure_future(partition.write_marker(7, 0, 0, "ABORT"))
+                await _until(lambda: partition.engine.log_end_offset == 1, "the marker written")
+                with pytest.raises(TransactionAbortableError):
+                    partition.verifications.check(guard, 7)
+            marker.cancel()  # it waits for followers that never fetch here
+        finally:
+            await partition.stop()
+
+    asyncio.run(run())
