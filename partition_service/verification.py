@@ -25,12 +25,17 @@ one coordinator, the one the node was started with included, does not stop trans
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
 
 from eos_protocol.common import TopicPartition, read_answer_json
-from eos_protocol.coordinator import TRANSACTION_VERSION_2, ProducerTransactionView
+from eos_protocol.coordinator import (
+    TRANSACTION_VERSION_1,
+    TRANSACTION_VERSION_2,
+    ProducerTransactionView,
+)
 from eos_protocol.errors import (
     ConcurrentTransactionsError,
     CoordinatorNotAvailableError,
@@ -47,12 +52,21 @@ from partition_service.coordinators import CoordinatorPool
 log = logging.getLogger("eos.node.verification")
 
 
+@dataclass(frozen=True)
+class Verified:
+    """What a verification learned of the batch's transaction."""
+
+    #: the transactional id it belongs to (None when not known), for the ACL check
+    transactional_id: str | None
+    #: under transaction version 2 every end bumps the epoch, so a late batch of an ended
+    #: transaction is fenced by its epoch; under version 1 only the verification guard
+    #: (``verification_guard.py``) keeps it out
+    transaction_version: int = TRANSACTION_VERSION_1
+
+
 class TransactionVerifier(Protocol):
-    async def verify(
-        self, producer_id: int, producer_epoch: int, tp: TopicPartition
-    ) -> str | None:
-        """Raise unless the producer's current transaction includes ``tp``; answer the
-        transactional id it belongs to (None when not known), for the ACL check."""
+    async def verify(self, producer_id: int, producer_epoch: int, tp: TopicPartition) -> Verified:
+        """Raise unless the producer's current transaction includes ``tp``."""
 
     async def close(self) -> None: ...
 
@@ -60,10 +74,8 @@ class TransactionVerifier(Protocol):
 class TrustingVerifier:
     """For a node run without a coordinator (tests of the node alone): accepts every batch."""
 
-    async def verify(
-        self, producer_id: int, producer_epoch: int, tp: TopicPartition
-    ) -> str | None:
-        return None
+    async def verify(self, producer_id: int, producer_epoch: int, tp: TopicPartition) -> Verified:
+        return Verified(None)
 
     async def close(self) -> None:
         return None
@@ -98,9 +110,7 @@ class CoordinatorVerifier:
         # producer id -> the instance that added for it last (version-2 producers only)
         self._adders: dict[int, str] = {}
 
-    async def verify(
-        self, producer_id: int, producer_epoch: int, tp: TopicPartition
-    ) -> str | None:
+    async def verify(self, producer_id: int, producer_epoch: int, tp: TopicPartition) -> Verified:
         if producer_id in self._adders:
             view = await self._add(producer_id, producer_epoch, tp)
         else:
@@ -108,7 +118,7 @@ class CoordinatorVerifier:
             if _needs_add(view, producer_id, producer_epoch, tp):
                 view = await self._add(producer_id, producer_epoch, tp)
         _check(view, producer_id, producer_epoch, tp)
-        return view.transactional_id
+        return Verified(view.transactional_id, view.transaction_version)
 
     async def _view(self, producer_id: int) -> ProducerTransactionView:
         status, content = await self.pool.get(

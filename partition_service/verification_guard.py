@@ -7,7 +7,8 @@ can end — a client's abort, a timeout — and its marker can reach this partit
 the batch does. Appended after that marker, the batch would open a transaction that no
 coordinator will ever end (a hanging transaction, holding the last stable offset back
 until the detector aborts it). A fencing marker bumps the epoch here and so refuses the
-batch anyway; an end that keeps the epoch (transaction version 1) does not. Kafka keeps a
+batch anyway, and under transaction version 2 every end bumps it; an end that keeps the
+epoch (transaction version 1) does not, and only there is the guard consulted. Kafka keeps a
 verification guard in the producer's state for this; here it is kept per partition and
 per producer while verifications are in flight, and every marker for the producer spoils
 it. A batch whose guard was spoiled is refused ``TRANSACTION_ABORTABLE``: its transaction
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from eos_protocol.errors import TransactionAbortableError
+from eos_protocol.versions import TRANSACTION_VERSION_2
 
 
 @dataclass
@@ -60,8 +62,13 @@ class VerificationGuards:
             guard.spoiled = True
 
     @staticmethod
-    def check(guard: _Guard, producer_id: int) -> None:
-        if guard.spoiled:
+    def check(guard: _Guard, producer_id: int, transaction_version: int = 1) -> None:
+        """Refuse the batch if its guard was spoiled — under transaction version 1 only.
+        Under version 2 the marker of the transaction before it comes with the epoch the
+        batch already carries (the end bumped it), and may well land while the batch's
+        own add waits for that end to complete: a spoiled guard means nothing there, and
+        a late batch of an ended transaction is fenced by its epoch instead."""
+        if guard.spoiled and transaction_version < TRANSACTION_VERSION_2:
             raise TransactionAbortableError(
                 f"the transaction of producer {producer_id} ended here while its batch "
                 "was being verified; abort and begin a new one"

@@ -13,6 +13,35 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Phase times, printed at the end (and on the way out of a failed run).
+phases=()
+phase_start=$SECONDS
+phase() {  # phase NAME: the previous phase ends here
+  phases+=("$(printf '%-28s %4ds' "$current_phase" $((SECONDS - phase_start)))")
+  current_phase=$1
+  phase_start=$SECONDS
+}
+current_phase="install"
+# Failed tests and their service logs, from both pytest phases (tests/support/failure_report.py)
+export EOS_TEST_FAILURES
+EOS_TEST_FAILURES=$(mktemp -t eos-test-failures.XXXXXX)
+summary() {
+  local rc=$?
+  phases+=("$(printf '%-28s %4ds' "$current_phase" $((SECONDS - phase_start)))")
+  echo
+  echo "== phase times"
+  printf '%s\n' "${phases[@]}"
+  printf '%-28s %4ds\n' "total" "$SECONDS"
+  if [ -s "$EOS_TEST_FAILURES" ]; then
+    echo
+    echo "== failed tests and their service logs"
+    cat "$EOS_TEST_FAILURES"
+  fi
+  rm -f "$EOS_TEST_FAILURES"
+  return "$rc"
+}
+trap summary EXIT
+
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 if [ ! -x .venv/bin/python ]; then
@@ -44,8 +73,10 @@ if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q
   fi
 fi
 
+phase "ruff"
 echo "== ruff"
 .venv/bin/ruff check .
+phase "mypy"
 echo "== mypy"
 .venv/bin/mypy sdk eos_protocol eos_server partition_service coordinator_service eos_cli spark_jobs eos_security
 echo "== pytest"
@@ -75,11 +106,19 @@ run_pytest() {
 }
 first=0
 second=5
-run_pytest "${parallel[@]}" -m "${marker:+($marker) and }not heavy" ${rest[@]+"${rest[@]}"} || first=$?
+# The soak runs (marker `soak`, scripts/soak.sh) are left out unless the caller's -m names them.
+if [[ "$marker" == *soak* ]]; then
+  runs=""
+else
+  runs="not soak and "
+fi
+phase "pytest${marker:+ -m $marker}"
+run_pytest "${parallel[@]}" -m "${runs}${marker:+($marker) and }not heavy" ${rest[@]+"${rest[@]}"} || first=$?
 if [ "$marker" != unit ] && [ "$first" -eq 0 -o "$first" -eq 5 ]; then
+  phase "pytest, heavy tests alone"
   echo "== pytest, heavy tests alone"
   second=0
-  run_pytest -p no:cacheprovider -m "${marker:+($marker) and }heavy" ${rest[@]+"${rest[@]}"} || second=$?
+  run_pytest -p no:cacheprovider -m "${runs}${marker:+($marker) and }heavy" ${rest[@]+"${rest[@]}"} || second=$?
 fi
 for rc in "$first" "$second"; do
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then

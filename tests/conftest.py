@@ -26,7 +26,12 @@ from tests.support.cluster import ClusterFactory
 from tests.support.nodes import NodeProcess
 from tests.support.unit_guard import UnitGuard
 
-pytest_plugins = ["pytester", "tests.chaos.report", "tests.support.xdist_groups"]
+pytest_plugins = [
+    "pytester",
+    "tests.chaos.report",
+    "tests.support.failure_report",
+    "tests.support.xdist_groups",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -114,12 +114,12 @@ async def commit_txn_offsets(
     target = node.registry.group_coordinator(group_id)
     if target.needs_verification(body.producer_id, body.producer_epoch):
         with target.verifications.guard(body.producer_id) as guard:
-            await node.verifier.verify(
+            verified = await node.verifier.verify(
                 body.producer_id,
                 body.producer_epoch,
                 TopicPartition(topic=CONSUMER_OFFSETS_TOPIC, partition=target.index),
             )
-            target.verifications.check(guard, body.producer_id)
+            target.verifications.check(guard, body.producer_id, verified.transaction_version)
     # checked again after the verification's round trip, in the append's step
     target.role.require_leader(acks_all=True)
     result = target.append_rows(

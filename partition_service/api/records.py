@@ -162,20 +162,21 @@ async def _verified_append(
     acks_all: bool,
 ) -> AppendResult:
     """Verify the batch, then append it in the same step of the event loop as the last
-    checks: the verification guard (no marker for the producer arrived meanwhile), and
-    leadership, which may have moved during the round trip."""
+    checks: the verification guard (under transaction version 1, no marker for the
+    producer arrived meanwhile), and leadership, which may have moved during the round
+    trip."""
     assert body.producer_id is not None and body.producer_epoch is not None
     with target.verifications.guard(body.producer_id) as guard:
-        transactional_id = await node.verifier.verify(
+        verified = await node.verifier.verify(
             body.producer_id,
             body.producer_epoch,
             TopicPartition(topic=target.topic, partition=target.index),
         )
-        if transactional_id is not None:
+        if verified.transactional_id is not None:
             await node.access.require(
-                caller, ResourceType.TRANSACTIONAL_ID, transactional_id, Operation.WRITE
+                caller, ResourceType.TRANSACTIONAL_ID, verified.transactional_id, Operation.WRITE
             )
-        target.verifications.check(guard, body.producer_id)
+        target.verifications.check(guard, body.producer_id, verified.transaction_version)
         target.role.require_leader(acks_all=acks_all)
         return target.append(body, rows)
 

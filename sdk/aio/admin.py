@@ -225,15 +225,17 @@ class AsyncAdminClient:
     async def list_offsets(
         self, partition: TopicPartition | tuple[str, int], *, timeout: TimeoutArg = USE_DEFAULT
     ) -> PartitionOffsets:
-        """Log start, high watermark and last stable offset of one partition."""
+        """Log start, high watermark and last stable offset of one partition. A partition
+        with no live leader for the moment (a node restarting, an election under way) is
+        looked up again within ``timeout``, as Kafka's admin client does."""
         tp = as_topic_partition(partition)
-        url = await self._leader(tp, timeout)
         body = await self._http.call(
             Req.LIST_OFFSETS,
             "GET",
             partition_path(tp, "offsets"),
-            base=lambda: self._const(url),
+            base=lambda: self._leader(tp, timeout),
             timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+            invalidate=lambda _exc: self._metadata.invalidate_topic(tp.topic),
         )
         return read_answer(PartitionOffsets, body)
 

@@ -273,15 +273,33 @@ class FollowersPausedLeaderKilled(ReplicatedFault):
             acked = writer.stop()
         self.windows.append(_longest_gap(commit_times(workload.dir), paused_at, time.monotonic()))
         self.counts["longest window without a commit ms"] = int(max(self.windows) * 1000)
-        present = {v for _, v in workload.read_all(self.side, side)}
-        self.lost += [v for v in acked if v not in present]
+        self.lost += self._missing(workload, side, acked)
         self.counts["side records acknowledged"] += len(acked)
         self.counts["injected"] += 1
+
+    def _missing(self, workload: Workload, side: int, acked: list[str]) -> list[str]:
+        """The acknowledged values not in the side partition. Read again until all are
+        there or a deadline passes: a leader that took over after the heal may answer
+        with a high watermark (so a last stable offset) a little behind its
+        predecessor's until its followers fetch again."""
+        missing = acked
+        deadline = time.monotonic() + 60
+        while missing and time.monotonic() < deadline:
+            present = {v for _, v in workload.read_all(self.side, side)}
+            missing = [v for v in acked if v not in present]
+        return missing
 
     def _pause_followers_kill_leader(
         self, workload: Workload, victim: int, led: list[tuple[str, int]]
     ) -> None:
         cluster = workload.cluster
+        # Every follower in sync when both stop: what was acknowledged before is on both,
+        # whichever of them the unclean election picks (one that had lagged out of the ISR
+        # before the pause may lack records acknowledged without it, which an unclean
+        # election may lose by design, not by this fault's doing).
+        wait_for(f"node {victim}'s partitions {led} fully in sync before the pause",
+                 lambda: all(len(s["isr"]) == 3 for s in self._of(workload, led)),
+                 timeout=60)  # fmt: skip
         ends = self._log_ends(workload, victim)
         followers = [n for n in (1, 2, 3) if n != victim]
         for n in followers:

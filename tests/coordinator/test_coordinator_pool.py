@@ -60,7 +60,7 @@ def test_dead_and_paused_instances_are_passed_over(coordinator: InProcessCoordin
             verifier = CoordinatorVerifier(pool)
             try:
                 started = time.monotonic()
-                assert await verifier.verify(pid, epoch, TP) == "pool"
+                assert (await verifier.verify(pid, epoch, TP)).transactional_id == "pool"
                 first = time.monotonic() - started
                 # the paused peer is not waited for to its timeout: the next ones are
                 # asked after the hedge delay (an eighth of a second here)
@@ -124,7 +124,8 @@ def test_the_node_learns_the_live_instances(coordinator: InProcessCoordinator) -
             learned = CoordinatorPool([dead], INTERNAL_TOKEN, timeout_s=2)
             learned.learn([coordinator.url])
             try:
-                assert await CoordinatorVerifier(learned).verify(pid, epoch, TP) == "pool"
+                verified = await CoordinatorVerifier(learned).verify(pid, epoch, TP)
+                assert verified.transactional_id == "pool"
             finally:
                 await learned.close()
         finally:

@@ -212,10 +212,10 @@ def test_the_node_follows_not_coordinator_to_the_owner(
         verifier = CoordinatorVerifier(CoordinatorPool([other.url], INTERNAL_TOKEN, timeout_s=5))
         try:
             tp = TopicPartition(topic="orders", partition=1)
-            assert await verifier.verify(pid, epoch, tp) == "follow"
+            assert (await verifier.verify(pid, epoch, tp)).transactional_id == "follow"
             # remembered: the next add goes straight to the owner
-            assert await verifier.verify(pid, epoch, TopicPartition(topic="orders",
-                                                                    partition=2)) == "follow"
+            again = await verifier.verify(pid, epoch, TopicPartition(topic="orders", partition=2))
+            assert again.transactional_id == "follow" and again.transaction_version == 2
             with pytest.raises(InvalidProducerEpochError):  # passed on from the owner
                 await verifier.verify(pid, epoch + 1, tp)
         finally:

@@ -31,6 +31,8 @@ from tests.support.processes import ServiceProcess, free_port, wait_until
 
 LEASE_MS = 2_000
 TIMEOUT_MS = 1_000
+#: What a machine running the whole suite may add to a failover (both cores busy).
+LOADED_MACHINE_S = 3.0
 
 
 @pytest.fixture
@@ -94,10 +96,13 @@ def test_transactions_commit_again_after_the_configured_coordinator_stops(
 
     print(f"{how}: first commit {window:.2f} s after the coordinator stopped")
     # The lease, the node's add attempt in flight to the paused owner (transaction
-    # version 2: the add must reach the owner), the client's commit attempt, and 1 s for a
-    # busy box (docs/availability.md); a dead owner refuses at once and costs no attempt.
+    # version 2: the add must reach the owner), the client's commit attempt; a dead owner
+    # refuses at once and costs no attempt. Measured alone: 1.4-1.7 s (SIGKILL), 3.2-4.4 s
+    # (SIGSTOP) (docs/availability.md). The margin is for the suite's own load (four
+    # workers on two cores: 5.15 s was seen once with 1 s): what this test guards against
+    # is a stall of the 30 s request timeout, not a second.
     attempts = 2 if how == "SIGSTOP" else 1
-    bound = LEASE_MS / 1000 + attempts * TIMEOUT_MS / 1000 + 1.0
+    bound = LEASE_MS / 1000 + attempts * TIMEOUT_MS / 1000 + LOADED_MACHINE_S
     assert window < bound, (window, bound)
     with Consumer(second.url, isolation_level="read_committed") as consumer:
         tps = [TopicPartition("orders", p) for p in range(4)]
