@@ -28,19 +28,26 @@ ENV PATH=/opt/eos/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# --- deps: a virtualenv with the services' dependencies, from pyproject.toml alone, so
+# --- requirements: the dependency lists, read out of pyproject.toml. The stages after
+# copy these lists, not pyproject.toml, so a change elsewhere in it (the version, the test
+# settings) keeps the installed dependencies cached ------------------------------------------
+FROM runtime AS requirements
+WORKDIR /src
+COPY pyproject.toml ./
+RUN python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+print("\n".join(p["dependencies"] + p["optional-dependencies"]["server"]))' > service.txt \
+ && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+print("\n".join(p["optional-dependencies"]["spark"]))' > spark.txt
+
+# --- deps: a virtualenv with the services' dependencies, from those lists alone, so
 # editing the code does not download them again --------------------------------------------
 FROM runtime AS deps
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3-venv \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml ./
-RUN python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-print("\n".join(p["dependencies"] + p["optional-dependencies"]["server"]))' > service.txt \
- && python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-print("\n".join(p["optional-dependencies"]["spark"]))' > spark.txt \
- && python3 -m venv /opt/eos
+COPY --from=requirements /src/service.txt /src/spark.txt ./
+RUN python3 -m venv /opt/eos
 # The proxy CA, when given, is added to the bundle pip trusts for this step only.
 RUN --mount=type=secret,id=extra_ca,required=false \
     --mount=type=cache,target=/root/.cache/pip \
@@ -98,9 +105,9 @@ EXPOSE 8080 9091
 HEALTHCHECK --interval=5s --timeout=3s --start-period=20s --retries=6 CMD ["eos-healthcheck"]
 CMD ["eos", "--help"]
 
-# --- spark: Spark master, workers and drivers --------------------------------------------
-FROM service AS spark
-USER root
+# --- spark: Spark master, workers and drivers. From the runtime, not from the service
+# image: Java's layer then stays cached while the code changes ------------------------------
+FROM runtime AS spark
 RUN apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
  && rm -rf /var/lib/apt/lists/* \
@@ -108,6 +115,7 @@ RUN apt-get update \
  && mkdir -p /data/spark-work \
  && chown -R eos:eos /data
 COPY --from=build-spark /opt/eos /opt/eos
+WORKDIR /home/eos
 ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     PYSPARK_PYTHON=/opt/eos/bin/python \
     PYSPARK_DRIVER_PYTHON=/opt/eos/bin/python \

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import tls_context
+from tests.support.children import Children
 from tests.support.cluster import ClusterFactory
 from tests.support.nodes import NodeProcess
 from tests.support.unit_guard import UnitGuard
@@ -60,6 +61,17 @@ def session_cluster_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """Clusters that live for the session (on each xdist worker); ``.shared(spec)``."""
     with ClusterFactory(tmp_path_factory.mktemp("clusters")) as factory:
         yield factory
+
+
+@pytest.fixture
+def children() -> Iterator[Children]:
+    """Processes the test starts itself: stopped (SIGTERM, then SIGKILL) and reaped at its
+    end, whatever happened (``tests/support/children.py``)."""
+    started = Children()
+    try:
+        yield started
+    finally:
+        started.close()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ PostgreSQL, real SIGKILL and SIGTERM)."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+from tests.support.children import Children
 from tests.support.coordinators import temp_database
 from tests.support.leases import wait_balanced
 from tests.support.nodes import INTERNAL_TOKEN
@@ -58,46 +58,45 @@ def _ready(url: str) -> bool:
         return False
 
 
-def test_instances_share_the_partitions_restart_and_release_them(tmp_path: Path) -> None:
+def test_instances_share_the_partitions_restart_and_release_them(
+    tmp_path: Path, children: Children
+) -> None:
     base = free_port_base(offsets=(0, 1))
     output = tmp_path / "group.out"
-    with temp_database() as url, output.open("wb") as sink:
-        group = subprocess.Popen(
+    with temp_database() as url:
+        group = children.start(
             [sys.executable, "-m", "coordinator_service", "--instances", "2",
              "--port", str(base), "--database-url", url, "--lease-ms", "2000",
              "--internal-token", INTERNAL_TOKEN, "--data-dir", str(tmp_path)],
-            stdout=sink, stderr=subprocess.STDOUT,
+            log=output,
         )  # fmt: skip
         instances = [Instance(f"http://127.0.0.1:{base + i}") for i in range(2)]
 
         def said() -> str:
             return output.read_text(errors="replace")
 
+        # The group supervises once its first start is over (it says so): a child that
+        # dies before then is a failed start, reported and not restarted.
+        wait_until(lambda: "2 coordinator instances ready" in said(), timeout=60,
+                   what="the group to say both instances are ready")
+        wait_until(lambda: all(_ready(i.url) for i in instances), timeout=30,
+                   what="both instances ready")
+        assert wait_balanced(instances) == [25, 25]
+        # One instance killed: the group starts it again under the same instance id; its
+        # partitions are owned again (taken back by the restarted one, or by the survivor
+        # if their leases ran out first), and the shares even out once more.
+        victim = _listening_pid(base + 1, group.pid)
+        subprocess.run(["kill", "-KILL", str(victim)], check=True)
         try:
-            # The group supervises once its first start is over (it says so): a child
-            # that dies before then is a failed start, reported and not restarted.
-            wait_until(lambda: "2 coordinator instances ready" in said(), timeout=60,
-                       what="the group to say both instances are ready")
-            wait_until(lambda: all(_ready(i.url) for i in instances), timeout=30,
-                       what="both instances ready")
-            assert wait_balanced(instances) == [25, 25]
-            # One instance killed: the group starts it again under the same instance id;
-            # its partitions are owned again (taken back by the restarted one, or by the
-            # survivor if their leases ran out first), and the shares even out once more.
-            victim = _listening_pid(base + 1, group.pid)
-            subprocess.run(["kill", "-KILL", str(victim)], check=True)
-            try:
-                wait_until(lambda: _listening_pid_or_0(base + 1, group.pid) not in (0, victim),
-                           timeout=20, what="the killed instance to be started again")
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}; the group said:\n{said()}") from None
-            assert "coordinator-1 (pid" in said() and "restarting it in" in said(), said()
-            assert wait_balanced(instances, timeout=40) == [25, 25]
-        finally:
-            group.send_signal(signal.SIGTERM)
-            group.wait(timeout=60)
+            wait_until(lambda: _listening_pid_or_0(base + 1, group.pid) not in (0, victim),
+                       timeout=20, what="the killed instance to be started again")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the group said:\n{said()}") from None
+        assert "coordinator-1 (pid" in said() and "restarting it in" in said(), said()
+        assert wait_balanced(instances, timeout=40) == [25, 25]
+        returncode = children.stop(group, grace_s=60)  # SIGTERM: a clean stop
         out = said()
-        assert group.returncode == 0, out
+        assert returncode == 0, out
         assert "coordinator instances stopped" in out
         assert not _children(group.pid)
         engine = sa.create_engine(url)

@@ -20,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from coordinator_service.app import create_app
+from tests.support.children import Children
 from tests.support.coordinators import (
     coordinator_settings,
     create_database,
@@ -29,7 +30,9 @@ from tests.support.coordinators import (
 from tests.support.processes import free_port, wait_until
 
 
-def _coordinator(database_url: str, wait_ms: int, log: Path) -> subprocess.Popen[bytes]:
+def _coordinator(
+    children: Children, database_url: str, wait_ms: int, log: Path
+) -> subprocess.Popen[bytes]:
     port = free_port()
     args = [
         sys.executable,
@@ -47,8 +50,7 @@ def _coordinator(database_url: str, wait_ms: int, log: Path) -> subprocess.Popen
         "--public-url",
         f"http://127.0.0.1:{port}",
     ]
-    with log.open("wb") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    process = children.start(args, log=log)
     process.port = port  # type: ignore[attr-defined]
     return process
 
@@ -95,38 +97,37 @@ def _with_port(url: str, port: int) -> str:
     return urlunsplit(parts._replace(netloc=f"{netloc}:{port}"))
 
 
-def test_a_coordinator_waits_for_a_database_that_comes_later(pg_url: str, tmp_path: Path) -> None:
+def test_a_coordinator_waits_for_a_database_that_comes_later(
+    pg_url: str, tmp_path: Path, children: Children
+) -> None:
     real = urlsplit(pg_url)
     late_port = free_port()
     log = tmp_path / "coordinator.log"
-    process = _coordinator(_with_port(pg_url, late_port), 60_000, log)
-    try:
-        wait_until(
-            lambda: "not reachable yet" in log.read_text(), timeout=20, what="a waiting line"
-        )
-        assert process.poll() is None, "the coordinator gave up instead of waiting"
-        with _forwarder(late_port, (real.hostname or "127.0.0.1", real.port or 5432)):
-            url = f"http://127.0.0.1:{process.port}/readyz"  # type: ignore[attr-defined]
+    process = _coordinator(children, _with_port(pg_url, late_port), 60_000, log)
+    wait_until(lambda: "not reachable yet" in log.read_text(), timeout=20, what="a waiting line")
+    assert process.poll() is None, "the coordinator gave up instead of waiting"
+    with _forwarder(late_port, (real.hostname or "127.0.0.1", real.port or 5432)):
+        url = f"http://127.0.0.1:{process.port}/readyz"  # type: ignore[attr-defined]
 
-            def ready() -> bool:
-                try:
-                    return httpx.get(url, timeout=1).status_code == 200
-                except httpx.HTTPError:
-                    return False
+        def ready() -> bool:
+            try:
+                return httpx.get(url, timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
 
-            wait_until(ready, timeout=60, what="the coordinator to become ready")
-            text = log.read_text()
-            assert "is reachable" in text
-            assert "Traceback" not in text
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
+        wait_until(ready, timeout=60, what="the coordinator to become ready")
+        text = log.read_text()
+        assert "is reachable" in text
+        assert "Traceback" not in text
+        children.stop(process)  # before the forwarder goes: a clean stop, not a lost database
 
 
-def test_a_database_that_never_comes_ends_the_start_in_one_line(tmp_path: Path) -> None:
+def test_a_database_that_never_comes_ends_the_start_in_one_line(
+    tmp_path: Path, children: Children
+) -> None:
     dead = f"postgresql+psycopg://eos:s3cret-password@127.0.0.1:{free_port()}/eos"
     log = tmp_path / "coordinator.log"
-    process = _coordinator(dead, 1500, log)
+    process = _coordinator(children, dead, 1500, log)
     assert process.wait(timeout=60) == 1
     text = log.read_text()
     assert "coordinator cannot start: database" in text and "not reachable within 1500 ms" in text

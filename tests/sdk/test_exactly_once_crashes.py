@@ -4,7 +4,6 @@ restarted several times still turns every input record into exactly one output r
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -15,22 +14,23 @@ import pytest
 
 from sdk import AdminClient, Consumer, Producer, TopicPartition
 from tests.sdk.helpers import read_topic, uid, wait_for
+from tests.support.children import Children
 from tests.support.cluster import Cluster
 
 INPUT_RECORDS = 600
 
 
-def _worker(cluster: Cluster, args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.sdk.ctp_worker", "--url", cluster.url, *args],
-            stdout=out, stderr=subprocess.STDOUT,
-        )
+def _worker(
+    children: Children, cluster: Cluster, args: list[str], log: Path
+) -> subprocess.Popen[bytes]:
+    return children.start(
+        [sys.executable, "-m", "tests.sdk.ctp_worker", "--url", cluster.url, *args], log=log
+    )
 
 
 @pytest.mark.slow
 def test_output_equals_input_exactly_once_across_sigkills(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, children: Children
 ) -> None:
     source = cluster.create_topic(partitions=2, prefix="in")
     sink = cluster.create_topic(partitions=2, prefix="out")
@@ -48,25 +48,17 @@ def test_output_equals_input_exactly_once_across_sigkills(
     log = tmp_path / "worker.log"
     kills = 0
     for _ in range(4):
-        worker = _worker(cluster, args, log)
-        try:
-            # Let it get going (output grows), then kill it at a random point of its work.
-            _wait_for_progress(cluster, sink, worker, log)
-            time.sleep(rng.uniform(0.0, 0.3))
-        finally:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGKILL)
-                kills += 1
-            worker.wait(timeout=10)
+        worker = _worker(children, cluster, args, log)
+        # Let it get going (output grows), then kill it at a random point of its work.
+        _wait_for_progress(cluster, sink, worker, log)
+        time.sleep(rng.uniform(0.0, 0.3))  # the random point, not a wait for a condition
+        if worker.poll() is None:
+            kills += 1
+        children.kill(worker)
     assert kills >= 3
 
-    final = _worker(cluster, [*args, "--exit-when-idle"], log)
-    try:
-        assert final.wait(timeout=90) == 0, log.read_text()[-3000:]
-    finally:
-        if final.poll() is None:
-            final.kill()
-            final.wait(timeout=10)
+    final = _worker(children, cluster, [*args, "--exit-when-idle"], log)
+    assert final.wait(timeout=90) == 0, log.read_text()[-3000:]
 
     output = read_topic(cluster.url, sink, 2, expect=INPUT_RECORDS)
     written = read_topic(cluster.url, sink, 2, isolation_level="read_uncommitted")

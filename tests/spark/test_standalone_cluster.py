@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -40,6 +39,7 @@ from sdk import Producer
 from spark_jobs.check import check_topics, offsets_at_end, read_all
 from tests.spark.cluster_faults import STALLED
 from tests.spark.helpers import uid, untag
+from tests.support.children import Children
 from tests.support.cluster import Cluster
 from tests.support.processes import wait_until
 from tests.support.spark_event_log import EventLog
@@ -90,7 +90,7 @@ def _tail(path: Path, lines: int = 60) -> str:
 @pytest.mark.heavy
 @pytest.mark.timeout(600)
 def test_speculation_and_a_killed_executor_leave_every_input_exactly_once(
-    cluster: Cluster, spark_cluster: StandaloneCluster, tmp_path: Path
+    cluster: Cluster, spark_cluster: StandaloneCluster, tmp_path: Path, children: Children
 ) -> None:
     source = cluster.create_topic(partitions=2, prefix="in")
     sink = cluster.create_topic(partitions=2, prefix="out")
@@ -123,26 +123,20 @@ def test_speculation_and_a_killed_executor_leave_every_input_exactly_once(
         return f"marks: {found}\n{_tail(driver_log)}\n{logs}"
 
     began = time.monotonic()
-    with driver_log.open("wb") as out:
-        driver = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=spark_cluster.driver_env(),
-            start_new_session=True,
-        )  # fmt: skip
-    try:
-        wait_until(
-            lambda: driver.poll() is not None or any(marks.glob(f"{STALLED}*")),
-            timeout=150, what="a task to stall inside its transaction",
-        )  # fmt: skip
-        assert driver.poll() is None, f"the driver ended first\n{diagnosis()}"
-        (stalled,) = marks.glob(f"{STALLED}*")
-        killed = spark_cluster.executor_of(int(stalled.name.removeprefix(STALLED)))
-        assert killed.host in spark_cluster.hosts, killed
-        os.kill(killed.pid, signal.SIGKILL)
-        assert driver.wait(timeout=150) == 0, f"the driver failed\n{diagnosis()}"
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(timeout=30)
+    # in a session of its own: ``children`` stops its JVM and Python workers with it
+    driver = children.start(
+        argv, log=driver_log, env=spark_cluster.driver_env(), start_new_session=True
+    )
+    wait_until(
+        lambda: driver.poll() is not None or any(marks.glob(f"{STALLED}*")),
+        timeout=150, what="a task to stall inside its transaction",
+    )  # fmt: skip
+    assert driver.poll() is None, f"the driver ended first\n{diagnosis()}"
+    (stalled,) = marks.glob(f"{STALLED}*")
+    killed = spark_cluster.executor_of(int(stalled.name.removeprefix(STALLED)))
+    assert killed.host in spark_cluster.hosts, killed
+    os.kill(killed.pid, signal.SIGKILL)
+    assert driver.wait(timeout=150) == 0, f"the driver failed\n{diagnosis()}"
     print(f"job: {time.monotonic() - began:.1f}s; killed {killed}")
     print("marks:", sorted(p.name for p in marks.iterdir()))
 

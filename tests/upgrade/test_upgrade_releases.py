@@ -14,7 +14,6 @@ Python) runs one against the new cluster after it.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 from collections.abc import Iterable, Iterator
@@ -26,6 +25,7 @@ import pytest
 
 from eos_protocol.coordinator import TransactionDescription
 from sdk import AdminClient, Consumer, TransactionalProducer
+from tests.support.children import Children
 from tests.support.coordinators import temp_database
 from tests.support.processes import free_port_base, wait_until
 from tests.support.releases import RELEASES, InstalledRelease, Release, install
@@ -36,18 +36,16 @@ OLD_CLIENT = Path(__file__).with_name("old_client.py")
 
 
 class Up:
-    """One release's ``eos up`` as a child of the test, its output in a file."""
+    """One release's ``eos up``, started as a child of the test (``children``: stopped and
+    reaped at the end whatever happens), its output in a shared log."""
 
-    def __init__(self, argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None) -> None:
-        self.argv, self.log, self.cwd, self.env = argv, log, cwd, env
+    def __init__(self, children: Children, log: Path, cwd: Path) -> None:
+        self.children, self.log, self.cwd = children, log, cwd
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 120) -> None:
-        start = self.log.stat().st_size if self.log.exists() else 0  # the log is shared
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, cwd=self.cwd, env=self.env
-            )
+    def start(self, argv: list[str], env: dict[str, str] | None, timeout: float = 120) -> None:
+        start = self.log.stat().st_size if self.log.exists() else 0
+        self.process = self.children.start(argv, log=self.log, cwd=self.cwd, env=env)
 
         def ready() -> bool:
             assert self.process is not None
@@ -55,27 +53,12 @@ class Up:
             assert self.process.poll() is None, f"eos up exited:\n{text[-4000:]}"
             return "cluster ready" in text
 
-        wait_until(ready, timeout=timeout, interval=0.2, what=f"{self.argv[:4]} to be ready")
+        wait_until(ready, timeout=timeout, interval=0.2, what=f"{argv[:4]} to be ready")
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=30)
-
-
-@contextmanager
-def running(up: Up) -> Iterator[Up]:
-    """``up`` started, and stopped (reaped) on every path."""
-    try:
-        up.start()
-        yield up
-    finally:
-        up.stop()
+        """SIGTERM: ``eos up`` stops its services and exits."""
+        assert self.process is not None
+        self.children.stop(self.process, grace_s=60)
 
 
 @contextmanager
@@ -128,37 +111,43 @@ def read_committed(
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 @pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.version)
-def test_upgrade_from_an_earlier_release(release: Release, kind: str, tmp_path: Path) -> None:
+def test_upgrade_from_an_earlier_release(
+    release: Release, kind: str, tmp_path: Path, children: Children
+) -> None:
     old = install(release)
     data = tmp_path / "data"
     base = free_port_base()
     url = f"http://127.0.0.1:{base}"
-    log = tmp_path / "up.log"
+    up = Up(children, tmp_path / "up.log", tmp_path)
     with database(kind) as database_url:
         db = ["--database-url", database_url] if database_url else []
         up_args = ["up", "--data-dir", str(data), "--port-base", str(base), "--auth", *db]
-        with running(Up(old.command(*up_args), log, tmp_path, old.env())):
-            token = (data / "admin-token").read_text().strip()
-            wrote = old_client(old, tmp_path, "write", url, token)
-            made = subprocess.run(
-                old.command("auth", "new-token", "--principal", wrote["reader"],
-                            "--tokens-file", str(data / "tokens.toml")),
-                capture_output=True, text=True, cwd=tmp_path, env=old.env(), timeout=60,
-            )  # fmt: skip
-            assert made.returncode == 0, made.stderr
-            reader_token = made.stdout.strip().splitlines()[-1]
-            # the current SDK against the old cluster
-            _transact(url, token, wrote["topic"], "new-client-on-old-cluster")
-            with AdminClient(url, token=token) as admin:
-                before = admin.describe_transaction(wrote["transactional_id"])
+
+        up.start(old.command(*up_args), old.env())  # the earlier release
+        token = (data / "admin-token").read_text().strip()
+        wrote = old_client(old, tmp_path, "write", url, token)
+        made = subprocess.run(
+            old.command("auth", "new-token", "--principal", wrote["reader"],
+                        "--tokens-file", str(data / "tokens.toml")),
+            capture_output=True, text=True, cwd=tmp_path, env=old.env(), timeout=60,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        reader_token = made.stdout.strip().splitlines()[-1]
+        # the current SDK against the old cluster
+        _transact(url, token, wrote["topic"], "new-client-on-old-cluster")
+        with AdminClient(url, token=token) as admin:
+            before = admin.describe_transaction(wrote["transactional_id"])
+        up.stop()
+
         if database_url:
             migrated = current("db", "upgrade", "--database-url", database_url, cwd=tmp_path)
             assert migrated.returncode == 0, migrated.stderr
-        with running(Up([sys.executable, "-m", "eos_cli.main", *up_args], log, tmp_path, None)):
-            _check_upgraded(url, token, reader_token, wrote, before)
-            # the old SDK against the new cluster
-            answer = old_client(old, tmp_path, "transact", url, token, "old-client-on-new")
-            assert answer["read"] == answer["written"]
+        up.start([sys.executable, "-m", "eos_cli.main", *up_args], None)  # this release
+        _check_upgraded(url, token, reader_token, wrote, before)
+        # the old SDK against the new cluster
+        answer = old_client(old, tmp_path, "transact", url, token, "old-client-on-new")
+        assert answer["read"] == answer["written"]
+        up.stop()
 
 
 def _transact(url: str, token: str, topic: str, transactional_id: str) -> None:
