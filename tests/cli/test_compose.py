@@ -207,7 +207,12 @@ def test_the_dockerfile_is_pinned_multi_stage_and_runs_as_a_user() -> None:
         assert "HEALTHCHECK" in body and "eos-healthcheck" in body, name
         for tool in ("gcc", "build-essential", "python3-venv", "pip install"):
             assert tool not in body, f"{name} installs {tool}"
-    assert ("runtime", "service") in stages and ("service", "spark") in stages
+    # both from the runtime: the Spark image's Java layer stays cached while the code changes
+    assert ("runtime", "service") in stages and ("runtime", "spark") in stages
+    # the dependencies are installed from lists read out of pyproject.toml in a stage of
+    # their own, so a new version number or test setting does not install them again
+    deps = text.split(" AS deps\n", 1)[1].split("\nFROM ", 1)[0]
+    assert "COPY pyproject.toml" not in deps and "COPY --from=requirements" in deps
     assert "openjdk-17-jre-headless" in final["spark"]
     assert "pip uninstall -y -q pip setuptools wheel" in text
     instructions = re.split(r"\n(?=[A-Z]+ )", text.replace("\\\n", " "))
