@@ -24,6 +24,8 @@ def test_passes(tmp_path: Path) -> None:
 def test_fails(tmp_path: Path) -> None:
     (tmp_path / "cluster" / "logs").mkdir(parents=True)
     (tmp_path / "cluster" / "logs" / "node-1.log").write_text("what went wrong")
+    (tmp_path / "cluster" / "node-1" / "orders-0").mkdir(parents=True)  # a partition's data
+    (tmp_path / "cluster" / "node-1" / "orders-0" / "00000000000000000000.log").write_text("")
     assert False, "planted"
 '''
 

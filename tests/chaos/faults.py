@@ -40,8 +40,6 @@ class Fault:
     #: Records/s per copier at most, for a fault whose injections take longer than the
     #: mode's pace leaves the copy to run (None: the mode's pace).
     pace: int | None = None
-    #: The output topic allows unclean leader elections (``WorkloadConfig``).
-    unclean_output = False
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()

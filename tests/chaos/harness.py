@@ -114,7 +114,6 @@ def run_case(fault: Fault, mode: Mode, root: Path) -> tuple[Report, Row, list[st
         txn_timeout_ms=fault.txn_timeout_ms,
         deadline_s=mode.deadline_s,
         pace=mode.pace if fault.pace is None else min(mode.pace, fault.pace),
-        unclean_output=fault.unclean_output,
     )
     with fault.database() as database_url, ClusterFactory(root) as clusters:
         cluster = clusters(fault.spec, database=database_url)

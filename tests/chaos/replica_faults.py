@@ -197,23 +197,39 @@ class LeaderIsolation(ReplicatedFault):
 class AckedWriter:
     """An idempotent ``Producer`` (acks=all) sending unique values to one partition from a
     thread of its own, keeping each value whose send was acknowledged: what must never be
-    lost, whatever happens to the replicas afterwards."""
+    lost, whatever happens to the replicas afterwards. ``hold`` stops the sending until
+    ``release`` (what was sent is answered meanwhile)."""
 
     def __init__(self, bootstrap: str, topic: str, partition: int, tag: str) -> None:
         self.topic, self.partition, self.tag = topic, partition, tag
         self.sent: list[tuple[str, Future[RecordMetadata]]] = []
         self._producer = Producer(bootstrap, linger_ms=5)
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # a send and a hold never interleave
+        self._sending = True
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"acked {tag}")
         self._thread.start()
 
     def _run(self) -> None:
         i = 0
         while not self._stop.wait(0.02):  # about 50 records a second
-            value = f"{self.tag}.{i}"
-            self.sent.append((value, self._producer.send(self.topic, value,
-                                                         partition=self.partition)))  # fmt: skip
-            i += 1
+            with self._lock:
+                if not self._sending:
+                    continue
+                value = f"{self.tag}.{i}"
+                future = self._producer.send(self.topic, value, partition=self.partition)
+                self.sent.append((value, future))
+                i += 1
+
+    def hold(self) -> None:
+        """No send after this returns, and every one made before is answered."""
+        with self._lock:
+            self._sending = False
+        self._producer.flush()
+
+    def release(self) -> None:
+        with self._lock:
+            self._sending = True
 
     def stop(self) -> list[str]:
         """Stop sending, wait for every answer; the values acknowledged."""
@@ -224,23 +240,24 @@ class AckedWriter:
 
 
 class FollowersPausedLeaderKilled(ReplicatedFault):
-    """Both followers of the busiest leader are SIGSTOPped while it takes writes; once the
-    controller has the ISR of its partitions down to the leader alone and the leader holds
-    writes no follower has, the leader is SIGKILLed and the followers are resumed. The
-    written topics allow unclean elections, so a resumed follower leads the dead leader's
-    partitions: whatever the old leader alone held is gone, and the old leader is
-    restarted only after that (it follows, cutting its log back).
+    """Both followers of a leader are SIGSTOPped while it takes writes; once the controller
+    has the ISR down to the leader alone and the leader holds writes no follower has, the
+    leader is SIGKILLed and the followers are resumed.
 
-    Two writers meet it: the copiers' transactions, and an idempotent producer
-    (``AckedWriter``) on a side topic partition the victim leads. With min.insync.replicas
-    2, acks=all acknowledged none of what the old leader alone held — records or markers
-    (issue 27) — so no acknowledged value of either may be missing afterwards. ``windows``:
-    per injection, the longest stretch without a commit from the pause until the cluster
-    is whole again (the unavailable window)."""
+    The writes are the copiers' transactions and an idempotent producer (``AckedWriter``)
+    on a side topic partition the victim leads. The side topic allows unclean elections:
+    a resumed follower leads it, so whatever the old leader alone held is gone — and with
+    min.insync.replicas 2 acks=all acknowledged none of it (issue 27), so no acknowledged
+    side value may be missing. For that to be the fault's only way to lose a value, both
+    followers hold exactly the leader's log when they stop (the writer is held while they
+    catch up): an unclean election may otherwise pick the follower that was a few records
+    behind while the other one and the leader acknowledged them, a loss unclean elections
+    allow by design. The copiers' topics elect cleanly: their partitions wait for the old
+    leader, which restarts with all it had. ``windows``: per injection, the longest stretch
+    without a commit from the pause until the cluster is whole again."""
 
     name = "followers SIGSTOPped under load, leader SIGKILLed, followers resumed (RF=3)"
     spec = chaos_spec(**REPLICATED, node_flags=("--replica-lag-time-max-ms", "2000"))
-    unclean_output = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -255,18 +272,15 @@ class FollowersPausedLeaderKilled(ReplicatedFault):
                 admin.create_topic(self.side, 3, unclean_leader_election=True)
         wait_for("every side partition led and fully in sync",
                  lambda: all(s["leader"]["node_id"] != -1 and len(s["isr"]) == 3
-                             for s in self._states(workload) if s["topic"] == self.side),
-                 timeout=60)  # fmt: skip
+                             for s in self._side_states(workload)), timeout=60)  # fmt: skip
         side = k % 3  # the side partition whose leader is the victim: it takes writes
-        (state,) = self._of(workload, [(self.side, side)])
-        victim = int(state["leader"]["node_id"])
-        led = self._led(workload, victim)
+        victim = int(self._side_states(workload)[side]["leader"]["node_id"])
         writer = AckedWriter(cluster.bootstrap(), self.side, side, f"k{k}")
         try:
             wait_for("the side writer's first acknowledgement",
                      lambda: any(f.done() for _, f in writer.sent), timeout=30)  # fmt: skip
             paused_at = time.monotonic()
-            self._pause_followers_kill_leader(workload, victim, led)
+            self._pause_followers_kill_leader(workload, victim, side, writer)
             cluster.start_node(victim)
             self.heal(workload)
         finally:
@@ -276,6 +290,43 @@ class FollowersPausedLeaderKilled(ReplicatedFault):
         self.lost += self._missing(workload, side, acked)
         self.counts["side records acknowledged"] += len(acked)
         self.counts["injected"] += 1
+
+    def problems(self, workload: Workload, injections: int, history: History) -> list[str]:
+        found = super().problems(workload, injections, history)
+        if self.counts["side records acknowledged"] == 0:
+            found.append("the side writer had no record acknowledged")
+        if self.lost:
+            found.append(f"{len(self.lost)} acknowledged side records lost: {self.lost[:10]}")
+        return found
+
+    def _pause_followers_kill_leader(
+        self, workload: Workload, victim: int, side: int, writer: AckedWriter
+    ) -> None:
+        cluster = workload.cluster
+        tp = (self.side, side)
+        followers = [n for n in (1, 2, 3) if n != victim]
+        writer.hold()
+        wait_for(f"both followers of {tp} holding node {victim}'s whole log",
+                 lambda: len({self._log_end(workload, n, tp) for n in (1, 2, 3)}) == 1,
+                 timeout=60)  # fmt: skip
+        end = self._log_end(workload, victim, tp)
+        for n in followers:
+            cluster.node(n).pause()
+        writer.release()
+        try:
+            wait_for(f"{tp} in sync on node {victim} alone",
+                     lambda: self._side_states(workload)[side]["isr"] == [victim],
+                     timeout=60)  # fmt: skip
+            wait_for(f"node {victim} to take writes its stopped followers lack",
+                     lambda: self._log_end(workload, victim, tp) > end, timeout=60)  # fmt: skip
+            cluster.node(victim).kill()
+        finally:
+            for n in followers:
+                cluster.node(n).resume()
+        wait_for(f"a resumed follower to lead {tp} (an unclean election)",
+                 lambda: self._side_states(workload)[side]["leader"]["node_id"]
+                 not in (victim, -1), timeout=60)  # fmt: skip
+        self.counts["elections"] += 1
 
     def _missing(self, workload: Workload, side: int, acked: list[str]) -> list[str]:
         """The acknowledged values not in the side partition. Read again until all are
@@ -289,65 +340,20 @@ class FollowersPausedLeaderKilled(ReplicatedFault):
             missing = [v for v in acked if v not in present]
         return missing
 
-    def _pause_followers_kill_leader(
-        self, workload: Workload, victim: int, led: list[tuple[str, int]]
-    ) -> None:
-        cluster = workload.cluster
-        # Every follower in sync when both stop: what was acknowledged before is on both,
-        # whichever of them the unclean election picks (one that had lagged out of the ISR
-        # before the pause may lack records acknowledged without it, which an unclean
-        # election may lose by design, not by this fault's doing).
-        wait_for(f"node {victim}'s partitions {led} fully in sync before the pause",
-                 lambda: all(len(s["isr"]) == 3 for s in self._of(workload, led)),
-                 timeout=60)  # fmt: skip
-        ends = self._log_ends(workload, victim)
-        followers = [n for n in (1, 2, 3) if n != victim]
-        for n in followers:
-            cluster.node(n).pause()
-        try:
-            wait_for(f"node {victim}'s partitions {led} in sync on node {victim} alone",
-                     lambda: all(s["isr"] == [victim] for s in self._of(workload, led)),
-                     timeout=60)  # fmt: skip
-            wait_for(f"node {victim} to take writes its stopped followers lack",
-                     lambda: any(self._log_ends(workload, victim)[tp] > ends[tp] for tp in led),
-                     timeout=60)  # fmt: skip
-            cluster.node(victim).kill()
-        finally:
-            for n in followers:
-                cluster.node(n).resume()
-        wait_for(f"resumed followers to lead node {victim}'s partitions",
-                 lambda: all(s["leader"]["node_id"] not in (victim, -1)
-                             for s in self._of(workload, led)), timeout=60)  # fmt: skip
-        self.counts["elections"] += len(led)
-
-    def problems(self, workload: Workload, injections: int, history: History) -> list[str]:
-        found = super().problems(workload, injections, history)
-        if self.counts["side records acknowledged"] == 0:
-            found.append("the side writer had no record acknowledged")
-        if self.lost:
-            found.append(f"{len(self.lost)} acknowledged side records lost: {self.lost[:10]}")
-        return found
-
-    def _led(self, workload: Workload, victim: int) -> list[tuple[str, int]]:
-        """The partitions of the written topics (output and side) ``victim`` leads."""
-        return [(s["topic"], s["partition"]) for s in self._states(workload)
-                if s["leader"]["node_id"] == victim]  # fmt: skip
-
-    def _states(self, workload: Workload) -> list[dict[str, Any]]:
-        states = [s for s in partition_states(workload) if s["topic"] == workload.output]
+    def _side_states(self, workload: Workload) -> list[dict[str, Any]]:
+        """The side topic's partitions as the controller has them, by index."""
         url = workload.cluster.bootstrap().split(",")[0]
         answer = httpx.get(f"{url}/v1/topics/{self.side}", timeout=5)
         answer.raise_for_status()
-        return states + [{**p, "topic": self.side} for p in answer.json()["partitions"]]
+        return sorted(answer.json()["partitions"], key=lambda p: p["partition"])
 
-    def _of(self, workload: Workload, led: list[tuple[str, int]]) -> list[dict[str, Any]]:
-        return [s for s in self._states(workload) if (s["topic"], s["partition"]) in led]
-
-    def _log_ends(self, workload: Workload, node_id: int) -> dict[tuple[str, int], int]:
-        """The log end of every partition on ``node_id``, read from the node itself."""
+    def _log_end(self, workload: Workload, node_id: int, tp: tuple[str, int]) -> int:
+        """The log end of ``tp`` on ``node_id``, read from the node itself."""
         listed = httpx.get(f"{workload.cluster.node(node_id).url}/internal/v1/partitions",
                            headers=_internal(workload), timeout=5).json()  # fmt: skip
-        return {(p["topic"], p["partition"]): p["log_end_offset"] for p in listed["partitions"]}
+        (end,) = [p["log_end_offset"] for p in listed["partitions"]
+                  if (p["topic"], p["partition"]) == tp]  # fmt: skip
+        return int(end)
 
 
 def _longest_gap(commits: list[float], start: float, end: float) -> float:

@@ -43,9 +43,6 @@ class WorkloadConfig:
     seed: int = 7
     deadline_s: float = 240.0
     pace: float = 0.0  # records per second and copier, 0: as fast as it goes
-    #: the output topic allows unclean elections (a fault that elects a follower outside
-    #: the ISR, so that whatever only the old leader held is gone)
-    unclean_output: bool = False
 
 
 @dataclass
@@ -96,10 +93,7 @@ class Workload:
         """Create both topics, write the input and read it back (the copies' reference)."""
         url, parts = self.cluster.bootstrap(), self.config.partitions
         with AdminClient(url) as admin:
-            admin.create_topic(self.input, parts)
-            admin.create_topic(
-                self.output, parts, unclean_leader_election=self.config.unclean_output
-            )
+            admin.create_topics({self.input: parts, self.output: parts})
         rng = random.Random(self.config.seed)
         with Producer(url, linger_ms=20) as producer:
             for i in range(self.config.records):

@@ -37,14 +37,18 @@ def _roots(item: pytest.Item) -> Iterator[Path]:
 
 
 def log_folders(item: pytest.Item) -> list[str]:
+    """Folders holding services' logs (``name.log``) under the test's roots. A storage
+    node's segment files end in ``.log`` too, but are named by their base offset (digits
+    only): those folders are data, not logs."""
     found: list[str] = []
     for root in _roots(item):
         if not root.is_dir():
             continue
         for log in sorted(root.rglob("*.log")):
             folder = str(log.parent)
-            if folder not in found:
-                found.append(folder)
+            if log.stem.isdigit() or folder in found:
+                continue
+            found.append(folder)
             if len(found) >= MOST:
                 return found
     return found
