@@ -54,6 +54,7 @@ from coordinator_service.transactions.batcher import WriteBatcher
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
 from coordinator_service.transactions.store import TransactionStore
 from eos_protocol.errors import CoordinatorNotAvailableError
+from eos_protocol.versions import RELEASE
 from eos_security import access as access_control
 from eos_security.access import AccessControl
 from eos_security.authorizer import Authorizer
@@ -262,7 +263,7 @@ def create_app(
 
     app = FastAPI(
         title="EOS transaction coordinator",
-        version="0.1.0",
+        version=RELEASE,  # the release (eos_protocol.versions), in info.version
         description="Kafka's transactional producer lifecycle over HTTP (docs/design.md §4).",
         lifespan=lifespan,
         telemetry=NATIVE_TELEMETRY_OFF,

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 import httpx
 from fastapi import FastAPI
 
+from eos_protocol.versions import RELEASE
 from eos_security import access as access_control
 from eos_security.access import AccessControl
 from eos_security.authorizer import Authorizer
@@ -139,7 +140,7 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="EOS storage node",
-        version="1.0.0",
+        version=RELEASE,  # the release (eos_protocol.versions), in info.version
         description="Partition logs with idempotent and transactional writes.",
         lifespan=lifespan,
         telemetry=NATIVE_TELEMETRY_OFF,
