@@ -64,6 +64,16 @@ class ProduceRequest(WireModel):
     producer_id: ProducerId | None = None
     producer_epoch: ProducerEpoch | None = None
     base_sequence: int | None = Field(default=None, ge=0, le=2**31 - 1)
+    slot: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**31 - 1,
+        description="The producer's sequence space this batch is numbered in (needs "
+        "producer_id): several writers sharing one producer id and epoch, as the tasks of "
+        "one Spark transaction, each number their batches from 0 in a slot of their own. "
+        "Sequences and duplicates are per slot; the epoch and the transaction stay the "
+        "producer's. Absent: slot 0, a producer's single sequence.",
+    )
     transactional: bool = False
     encoding: Encoding = Encoding.UTF8
     acks: Literal[-1, 1] = Field(
@@ -151,7 +161,13 @@ class PartitionOffsets(AnswerModel):
 class ProducerDescription(AnswerModel):
     producer_id: int
     producer_epoch: int
-    last_sequence: int
+    last_sequence: int = Field(
+        description="The last sequence written at producer_epoch in the asked slot (-1: none)."
+    )
+    slot: int = Field(
+        default=0,
+        description="The slot last_sequence is of: the one asked for, 0 when none was.",
+    )
     coordinator_epoch: int
     current_txn_start_offset: int | None
     last_timestamp_ms: int
@@ -172,6 +188,7 @@ class DescribeProducersResponse(AnswerModel):
                     "producer_id": 0,
                     "producer_epoch": 1,
                     "last_sequence": 2,
+                    "slot": 0,
                     "coordinator_epoch": 1,
                     "current_txn_start_offset": None,
                     "last_timestamp_ms": 1795322141308,

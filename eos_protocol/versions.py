@@ -41,11 +41,16 @@ TRANSACTION_VERSION_2 = 2
 #: * 2: ``transaction_version`` in init; ``replication_factor``, ``min_insync_replicas``,
 #:   ``unclean_leader_election``, ``retention_ms`` and ``retention_bytes`` in topic
 #:   creation; ``PATCH /v1/topics/{topic}``; ``/v1/admin/hanging-transactions``.
-PROTOCOL_VERSION = 2
+#: * 3: ``slot`` in a storage node's produce request and ``?slot=`` in its describe-producers
+#:   (several sequence spaces under one producer: the Spark sink's tasks sharing one
+#:   transaction).
+PROTOCOL_VERSION = 3
 #: The protocol of a cluster whose metadata names no features.
 PREVIOUS_PROTOCOL_VERSION = 1
 #: The protocol of release 0.3.0: what a request added by it needs.
 PROTOCOL_0_3_0 = 2
+#: What a produce request naming a ``slot`` needs (older nodes refuse the field).
+PROTOCOL_SLOTS = 3
 
 
 class FeatureRange(AnswerModel):
@@ -72,7 +77,7 @@ class ClusterFeatures(AnswerModel):
     A field left out means the previous release's level of that feature."""
 
     model_config = examples(
-        {"release": "0.3.0", "protocol": 2, "transaction_version": {"min": 1, "max": 2}}
+        {"release": "0.3.0", "protocol": 3, "transaction_version": {"min": 1, "max": 2}}
     )
 
     release: str | None = Field(
@@ -136,6 +141,7 @@ __all__ = [
     "PREVIOUS_PROTOCOL_VERSION",
     "PREVIOUS_RELEASE_FEATURES",
     "PROTOCOL_0_3_0",
+    "PROTOCOL_SLOTS",
     "PROTOCOL_VERSION",
     "RELEASE",
     "RELEASE_0_2_0_FEATURES",

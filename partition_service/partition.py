@@ -25,7 +25,7 @@ from eos_protocol.errors import (
 from eos_protocol.node import Encoding, ProduceRequest, RecordIn
 from eos_protocol.parsing import collector_paused
 from partition_service.group_commit import Durability, GroupCommitter
-from partition_service.log.batch import NO_PRODUCER_ID, NO_SEQUENCE
+from partition_service.log.batch import DEFAULT_SLOT, NO_PRODUCER_ID, NO_SEQUENCE
 from partition_service.log.cleaner import RetentionPolicy
 from partition_service.log.engine import AppendResult, PartitionEngine, ReadResult, Row
 from partition_service.replication.isr import LeaderReplicas
@@ -178,6 +178,10 @@ class Partition:
             request.producer_epoch is not None or request.base_sequence is not None
         ):
             raise InvalidRequestError("producer_epoch and base_sequence need a producer_id")
+        if not has_producer and request.slot is not None:
+            raise InvalidRequestError(
+                "a slot numbers a producer's sequences: it needs a producer_id"
+            )
         if has_producer and request.acks != -1:
             raise InvalidRequestError("an idempotent or transactional batch needs acks -1 (all)")
         if request.transactional and not has_producer:
@@ -232,6 +236,7 @@ class Partition:
             else NO_SEQUENCE,
             transactional=request.transactional,
             base64=request.encoding is Encoding.BASE64,
+            slot=request.slot if request.slot is not None else DEFAULT_SLOT,
         )
 
     def append_rows(
@@ -243,6 +248,7 @@ class Partition:
         base_sequence: int = NO_SEQUENCE,
         transactional: bool = False,
         base64: bool = False,
+        slot: int = DEFAULT_SLOT,
     ) -> AppendResult:
         return self.engine.append_data(
             rows,
@@ -252,6 +258,7 @@ class Partition:
             base_sequence=base_sequence,
             transactional=transactional,
             base64=base64,
+            slot=slot,
         )
 
     def needs_verification(self, producer_id: int, producer_epoch: int) -> bool:

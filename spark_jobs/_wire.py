@@ -218,12 +218,14 @@ class SequencedPartitionWriter(_Client):
         super().__init__(bootstrap_url, retry)
         self.identity = identity
 
-    def last_sequence(self, tp: TopicPartition) -> int:
-        """The last sequence this producer (at this epoch) wrote to ``tp``, or -1."""
+    def last_sequence(self, tp: TopicPartition, *, slot: int | None = None) -> int:
+        """The last sequence this producer (at this epoch) wrote to ``tp`` — in ``slot``,
+        when the writer numbers its batches in one (see ``produce``) — or -1."""
         body = self.http.call(
             Req.DESCRIBE_PRODUCERS, "GET",
             partition_path(tp, "producers"),
             base=lambda: self.leader(tp), timeout_s=CALL_TIMEOUT_S,
+            params=None if slot is None else {"slot": slot},
             invalidate=lambda _exc: self.metadata.invalidate_topic(tp.topic),
         )
         for entry in read_answer(DescribeProducersResponse, body).producers:
@@ -241,12 +243,18 @@ class SequencedPartitionWriter(_Client):
         *,
         transactional: bool = True,
         encoding: str = "utf8",
+        slot: int | None = None,
     ) -> ProduceResponse:
         """One batch at ``base_sequence`` (records shaped as the wire's ``RecordIn``;
         transactional unless told otherwise); a duplicate is a success. Produce requests
         are not retried by the transport (the SDK's sender reschedules them), so the retry
         loop is here, on the same verdicts: a resend keeps its sequence, so it can only
-        ever be a duplicate."""
+        ever be a duplicate.
+
+        ``slot`` numbers the batch in one of the producer's sequence spaces: the tasks of
+        one transaction that share a producer id and epoch each write in their own slot,
+        from sequence 0, and never collide. Left out of the body when None, so a node of
+        a release without slots takes every call that does not use one."""
         body: dict[str, Any] = {
             "producer_id": self.identity.producer_id,
             "producer_epoch": self.identity.producer_epoch,
@@ -256,6 +264,8 @@ class SequencedPartitionWriter(_Client):
         }
         if encoding != "utf8":
             body["encoding"] = encoding
+        if slot is not None:
+            body["slot"] = slot
         deadline = time.monotonic() + CALL_TIMEOUT_S
         attempt = 0
         while True:

@@ -50,9 +50,9 @@ def json_response(body: object) -> Response:
 async def produce_records(
     topic: TopicPath, partition: PartitionPath, body: ProduceRequest, node: Node, caller: Caller
 ) -> ProduceResponse:
-    """Acknowledged only once durable. A retried batch (same producer, epoch and sequence)
-    answers ``duplicate: true`` with the offsets it got the first time. Needs write on the
-    topic."""
+    """Acknowledged only once durable. A retried batch (same producer, epoch, slot and
+    sequence) answers ``duplicate: true`` with the offsets it got the first time. Needs
+    write on the topic."""
     await node.access.require(caller, ResourceType.TOPIC, topic, Operation.WRITE)
     target = node.registry.get(topic, partition)
     return await _append(node, target, body, target.validate_rows(body), caller)
@@ -257,8 +257,23 @@ async def partition_offsets(
     responses=error_responses("UNKNOWN_TOPIC_OR_PARTITION", *_AUTH),
 )
 async def describe_producers(
-    topic: TopicPath, partition: PartitionPath, node: Node, caller: Caller
+    topic: TopicPath,
+    partition: PartitionPath,
+    node: Node,
+    caller: Caller,
+    slot: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=2**31 - 1,
+            description="The slot whose last sequence each producer's last_sequence is "
+            "(ProduceRequest.slot); 0, a producer's single sequence, when absent.",
+        ),
+    ] = 0,
 ) -> Response:
+    """One row per producer id; ``last_sequence`` is of the asked ``slot`` (-1 when the
+    producer wrote nothing there at its current epoch): a retried task that writes in a
+    slot of a shared producer asks how far its own slot got."""
     await node.access.require(caller, ResourceType.TOPIC, topic, Operation.DESCRIBE)
     engine = node.registry.get(topic, partition).engine
     return json_response(
@@ -267,7 +282,8 @@ async def describe_producers(
                 {
                     "producer_id": entry.producer_id,
                     "producer_epoch": entry.epoch,
-                    "last_sequence": entry.last_sequence,
+                    "last_sequence": entry.last_sequence_of(slot),
+                    "slot": slot,
                     "coordinator_epoch": entry.coordinator_epoch,
                     "current_txn_start_offset": entry.current_txn_first_offset,
                     "last_timestamp_ms": entry.last_timestamp_ms,

@@ -8,6 +8,7 @@ becomes one batch. The frame is::
     base_offset u64, last_offset_delta u32, producer_id i64, producer_epoch i16,
     base_sequence i32, flags u16, append_time_ms i64
     leader_epoch  i32, present when flags has FLAG_LEADER_EPOCH
+    slot          i32, present when flags has FLAG_SLOT
     payload       orjson: [[key, value, headers, timestamp_ms], ...] for data,
                   {"type": "COMMIT"|"ABORT", "coordinator_epoch": n} for a control batch
 
@@ -20,6 +21,15 @@ leader wrote each batch, which is what truncation after a leader change compares
 (KIP-101). Frames written before replication existed have no such field and count as
 epoch 0, the first leader's: the flag tells the two shapes apart, so old logs stay
 readable.
+
+The slot names one of several sequence spaces under one producer id and epoch (a Spark
+micro-batch is one transaction whose tasks each write under the driver's producer, each in
+a slot of its own): sequences and duplicates are per (producer id, slot) while the
+transaction stays per producer id. It travels in the frame, not only in the request, so a
+follower copying bytes and a recovery replaying the log rebuild the slot's sequence too.
+Slot 0 — every batch that names none — is written without the flag, byte for byte the
+frame of a release that knew no slots, so such logs stay readable both ways; a frame
+without the flag reads as slot 0.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import orjson
 HEADER = struct.Struct("<IIQIqhiHq")
 HEADER_SIZE = HEADER.size  # 44
 LEADER_EPOCH = struct.Struct("<i")
+SLOT = struct.Struct("<i")
 PREFIX_SIZE = 8  # length + crc
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 
@@ -41,9 +52,12 @@ FLAG_TRANSACTIONAL = 0x1
 FLAG_CONTROL = 0x2
 FLAG_BASE64 = 0x4
 FLAG_LEADER_EPOCH = 0x8  # the header is followed by the leader epoch
+FLAG_SLOT = 0x10  # a slot follows the header (and the leader epoch, when both are there)
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
+DEFAULT_SLOT = 0
+MAX_SLOT = 2**31 - 1
 
 
 class CorruptBatchError(Exception):
@@ -64,11 +78,12 @@ class BatchHeader:
     position: int  # where the frame starts in its segment
     frame_size: int  # bytes of the whole frame, prefix included
     leader_epoch: int = 0
+    slot: int = DEFAULT_SLOT
 
     @property
     def payload_start(self) -> int:
         """Where the payload starts, counted from the start of the frame."""
-        return HEADER_SIZE + (LEADER_EPOCH.size if self.flags & FLAG_LEADER_EPOCH else 0)
+        return _payload_start(self.flags)
 
     @property
     def last_offset(self) -> int:
@@ -116,8 +131,16 @@ def encode(
     append_time_ms: int,
     payload: bytes,
     leader_epoch: int = 0,
+    slot: int = DEFAULT_SLOT,
 ) -> bytes:
-    """Frame a batch; the CRC covers the header fields, the leader epoch and the payload."""
+    """Frame a batch; the CRC covers the header fields, the leader epoch, the slot and the
+    payload. Slot 0 is left out (no FLAG_SLOT): the frame of a batch without a slot does
+    not change."""
+    if not 0 <= slot <= MAX_SLOT:
+        raise ValueError(f"slot {slot} is outside [0, {MAX_SLOT}]")
+    flags = (flags | FLAG_LEADER_EPOCH) & ~FLAG_SLOT
+    if slot != DEFAULT_SLOT:
+        flags |= FLAG_SLOT
     body = (
         HEADER.pack(
             0,
@@ -127,10 +150,11 @@ def encode(
             producer_id,
             producer_epoch,
             base_sequence,
-            flags | FLAG_LEADER_EPOCH,
+            flags,
             append_time_ms,
         )[PREFIX_SIZE:]
         + LEADER_EPOCH.pack(leader_epoch)
+        + (SLOT.pack(slot) if flags & FLAG_SLOT else b"")
         + payload
     )
     crc = zlib.crc32(body)
@@ -158,11 +182,17 @@ def decode_header(
     if verify and zlib.crc32(buffer[start + PREFIX_SIZE : start + size]) != fields[1]:
         raise CorruptBatchError(f"crc mismatch at position {position}")
     flags = fields[7]
+    if size < _payload_start(flags):
+        raise CorruptBatchError(f"frame too short for its leader epoch or slot at {position}")
     leader_epoch = 0
     if flags & FLAG_LEADER_EPOCH:
-        if size < HEADER_SIZE + LEADER_EPOCH.size:
-            raise CorruptBatchError(f"frame too short for its leader epoch at {position}")
         (leader_epoch,) = LEADER_EPOCH.unpack_from(buffer, start + HEADER_SIZE)
+    slot = DEFAULT_SLOT
+    if flags & FLAG_SLOT:
+        offset = HEADER_SIZE + (LEADER_EPOCH.size if flags & FLAG_LEADER_EPOCH else 0)
+        (slot,) = SLOT.unpack_from(buffer, start + offset)
+        if slot < 0:
+            raise CorruptBatchError(f"negative slot {slot} at {position}")
     return BatchHeader(
         base_offset=fields[2],
         last_offset_delta=fields[3],
@@ -174,6 +204,17 @@ def decode_header(
         position=position,
         frame_size=size,
         leader_epoch=leader_epoch,
+        slot=slot,
+    )
+
+
+def _payload_start(flags: int) -> int:
+    """Bytes before the payload in a frame with ``flags``: header, then the optional fields
+    in their fixed order (leader epoch, slot)."""
+    return (
+        HEADER_SIZE
+        + (LEADER_EPOCH.size if flags & FLAG_LEADER_EPOCH else 0)
+        + (SLOT.size if flags & FLAG_SLOT else 0)
     )
 
 

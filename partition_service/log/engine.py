@@ -28,6 +28,7 @@ from eos_protocol.common import CONSUMER_OFFSETS_TOPIC
 from eos_protocol.errors import InvalidRecordError, OffsetOutOfRangeError
 from partition_service.log import batch as frames
 from partition_service.log.batch import (
+    DEFAULT_SLOT,
     FLAG_BASE64,
     FLAG_CONTROL,
     FLAG_TRANSACTIONAL,
@@ -146,6 +147,7 @@ class PartitionEngine:
                 header.last_offset,
                 header.append_time_ms,
                 transactional=header.is_transactional,
+                slot=header.slot,
             )
         if self.groups is not None:
             self.groups.apply_records(
@@ -192,12 +194,20 @@ class PartitionEngine:
         base_sequence: int = NO_SEQUENCE,
         transactional: bool = False,
         base64: bool = False,
+        slot: int = DEFAULT_SLOT,
     ) -> AppendResult:
-        """Validate and write one batch (not yet durable); a duplicate writes nothing."""
+        """Validate and write one batch (not yet durable); a duplicate writes nothing.
+        ``slot`` picks the producer's sequence space (``producer_state``); it is written
+        into the frame so that replicas and recovery see it."""
         count = len(rows)
         if producer_id != NO_PRODUCER_ID:
             check = self.producers.check_append(
-                producer_id, producer_epoch, base_sequence, count, transactional=transactional
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                count,
+                transactional=transactional,
+                slot=slot,
             )
             if check.duplicate_of is not None:
                 meta = check.duplicate_of
@@ -218,6 +228,7 @@ class PartitionEngine:
             append_time_ms=now_ms,
             payload=payload,
             leader_epoch=self.leader_epoch,
+            slot=slot,
         )
         self._note_epoch(base_offset)
         self.log.append(frame, base_offset, base_offset + count, now_ms)
@@ -231,6 +242,7 @@ class PartitionEngine:
                 last_offset,
                 now_ms,
                 transactional=transactional,
+                slot=slot,
             )
         if self.groups is not None:
             self.groups.apply_records(

@@ -6,6 +6,25 @@ batches. That is what turns a retried batch into a duplicate answered with its f
 offsets, refuses gaps and stale epochs, and gives the Last Stable Offset. The same code
 validates a live append and replays a batch read back from the log during recovery, so the
 two can never disagree.
+
+Slots. A batch may name a slot (``partition_service.log.batch``): several writers share
+one producer id and epoch — the tasks of a Spark micro-batch, all writing in the driver's
+one transaction — and each numbers its batches from 0 in a slot of its own. Sequences,
+the last five batches and so duplicates are therefore kept per (producer id, slot); slot
+0, every batch that names none, is the ``batches`` of the entry, exactly as before slots
+existed. Everything else stays per producer id: the epoch (a new one starts every slot
+at 0 and fences the old one in all of them), the open transaction and its first offset
+(one marker ends the records of all its slots), the coordinator epoch.
+
+What bounds the slots' memory: their states belong to the producer's epoch and go when
+it moves on — a batch or a marker of a newer epoch, as every end does under transaction
+version 2 — and a slot left idle past the producer expiration is forgotten like an idle
+producer. A marker that keeps the epoch (transaction version 1) keeps them: a slot
+dropped there would take a late retry of its last batch, arriving after the commit, for
+a new slot's sequence 0 and append it again, possibly inside the producer's next
+transaction. Each slot keeps its last five batches, as a producer does, because a
+retried Spark task resends its batches after asking how far its slot got
+(``last_sequence_of``), and in flight there may be up to five.
 """
 
 from __future__ import annotations
@@ -24,10 +43,14 @@ from eos_protocol.errors import (
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
-from partition_service.log.batch import NO_SEQUENCE
+from partition_service.log.batch import DEFAULT_SLOT, NO_SEQUENCE
 
 REMEMBERED_BATCHES = 5
 UNKNOWN_LAST_OFFSET = 2**62
+
+
+def _in_slot(slot: int) -> str:
+    return "" if slot == DEFAULT_SLOT else f" in slot {slot}"
 
 
 @dataclass(slots=True)
@@ -37,6 +60,16 @@ class BatchMetadata:
     base_offset: int
     last_offset: int
     append_time_ms: int
+
+
+def _batches() -> deque[BatchMetadata]:
+    return deque(maxlen=REMEMBERED_BATCHES)
+
+
+def _batches_to_json(batches: deque[BatchMetadata]) -> list[list[int]]:
+    return [
+        [b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.append_time_ms] for b in batches
+    ]
 
 
 @dataclass(slots=True)
@@ -51,17 +84,53 @@ class ProducerEntry:
     # the offset of the producer's last batch here, data or marker (2**62: not known, from
     # an older checkpoint); once the log start passes it, the producer is forgotten
     last_offset: int = -1
-    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=REMEMBERED_BATCHES))
+    # the last batches of slot 0 (every batch without a slot), and of each other slot
+    batches: deque[BatchMetadata] = field(default_factory=_batches)
+    slots: dict[int, deque[BatchMetadata]] = field(default_factory=dict)
 
     @property
     def last_sequence(self) -> int:
-        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+        return self.last_sequence_of(DEFAULT_SLOT)
 
-    def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        for meta in self.batches:
+    def batches_of(self, slot: int) -> deque[BatchMetadata] | None:
+        return self.batches if slot == DEFAULT_SLOT else self.slots.get(slot)
+
+    def last_sequence_of(self, slot: int) -> int:
+        """The last sequence written in ``slot`` at the current epoch (-1: none)."""
+        batches = self.batches_of(slot)
+        return batches[-1].last_seq if batches else NO_SEQUENCE
+
+    def find_duplicate(
+        self, first_seq: int, last_seq: int, slot: int = DEFAULT_SLOT
+    ) -> BatchMetadata | None:
+        for meta in self.batches_of(slot) or ():
             if meta.first_seq == first_seq and meta.last_seq == last_seq:
                 return meta
         return None
+
+    def remember(self, slot: int, meta: BatchMetadata) -> None:
+        if slot == DEFAULT_SLOT:
+            self.batches.append(meta)
+        else:
+            self.slots.setdefault(slot, _batches()).append(meta)
+
+    def clear_sequences(self) -> None:
+        """A new epoch: every slot starts again at sequence 0."""
+        self.batches.clear()
+        self.slots.clear()
+
+    def expire_slots(self, now_ms: int, expiration_ms: int) -> None:
+        """Forget the slots (other than 0) whose last batch is older than ``expiration_ms``;
+        never while a transaction is open, whose retries they must still recognise."""
+        if self.current_txn_first_offset is not None:
+            return
+        idle = [
+            slot
+            for slot, batches in self.slots.items()
+            if not batches or now_ms - batches[-1].append_time_ms > expiration_ms
+        ]
+        for slot in idle:
+            del self.slots[slot]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,10 +141,13 @@ class ProducerEntry:
             "ts": self.last_timestamp_ms,
             "txn_start_ms": self.current_txn_start_ms,
             "last_offset": self.last_offset,
-            "batches": [
-                [b.first_seq, b.last_seq, b.base_offset, b.last_offset, b.append_time_ms]
-                for b in self.batches
-            ],
+            "batches": _batches_to_json(self.batches),
+            # only when there are any: a checkpoint without slots reads as before
+            **(
+                {"slots": [[slot, _batches_to_json(b)] for slot, b in sorted(self.slots.items())]}
+                if self.slots
+                else {}
+            ),
         }
 
     @classmethod
@@ -93,6 +165,9 @@ class ProducerEntry:
             entry.current_txn_start_ms = raw.get("txn_start_ms", entry.last_timestamp_ms)
         for b in raw["batches"]:
             entry.batches.append(BatchMetadata(*b))
+        for slot, batches in raw.get("slots", []):
+            for b in batches:
+                entry.remember(int(slot), BatchMetadata(*b))
         entry.last_offset = int(raw.get("last_offset", UNKNOWN_LAST_OFFSET))
         return entry
 
@@ -122,8 +197,12 @@ class ProducerStateManager:
         record_count: int,
         *,
         transactional: bool,
+        slot: int = DEFAULT_SLOT,
     ) -> AppendCheck:
-        """Validate an idempotent or transactional batch; raises the contract's errors."""
+        """Validate an idempotent or transactional batch; raises the contract's errors.
+
+        The epoch and the transaction are the producer's; the sequence is its ``slot``'s. A
+        slot with no batch yet at the current epoch starts at 0, as a producer does."""
         entry = self.producers.get(producer_id)
         sequenced = base_sequence != NO_SEQUENCE
         last_seq = (
@@ -133,7 +212,7 @@ class ProducerStateManager:
             if sequenced and base_sequence != 0:
                 raise UnknownProducerIdError(
                     f"producer {producer_id} is unknown here and its first batch has "
-                    f"sequence {base_sequence}, not 0"
+                    f"sequence {base_sequence}, not 0{_in_slot(slot)}"
                 )
             return AppendCheck(opens_transaction=transactional)
         if epoch < entry.epoch:
@@ -152,7 +231,7 @@ class ProducerStateManager:
             if sequenced and base_sequence != 0:
                 raise OutOfOrderSequenceNumberError(
                     f"producer {producer_id} new epoch {epoch} must start at sequence 0, "
-                    f"got {base_sequence}"
+                    f"got {base_sequence}{_in_slot(slot)}"
                 )
             return AppendCheck(opens_transaction=transactional)
         if in_txn and not transactional:
@@ -161,18 +240,15 @@ class ProducerStateManager:
                 "cannot join it"
             )
         if sequenced:
-            duplicate = entry.find_duplicate(base_sequence, last_seq)
+            duplicate = entry.find_duplicate(base_sequence, last_seq, slot)
             if duplicate is not None:
                 return AppendCheck(duplicate_of=duplicate)
-            expected = (
-                0
-                if entry.last_sequence == NO_SEQUENCE
-                else (entry.last_sequence + 1) % SEQUENCE_MODULUS
-            )
+            last = entry.last_sequence_of(slot)
+            expected = 0 if last == NO_SEQUENCE else (last + 1) % SEQUENCE_MODULUS
             if base_sequence != expected:
                 raise OutOfOrderSequenceNumberError(
                     f"producer {producer_id} epoch {epoch}: expected sequence {expected}, "
-                    f"got {base_sequence}"
+                    f"got {base_sequence}{_in_slot(slot)}"
                 )
         return AppendCheck(opens_transaction=transactional and not in_txn)
 
@@ -213,6 +289,7 @@ class ProducerStateManager:
         append_time_ms: int,
         *,
         transactional: bool,
+        slot: int = DEFAULT_SLOT,
     ) -> None:
         entry = self.producers.get(producer_id)
         if entry is None or epoch > entry.epoch:
@@ -223,14 +300,15 @@ class ProducerStateManager:
             self.producers[producer_id] = entry
         if base_sequence != NO_SEQUENCE:
             count = last_offset - base_offset + 1
-            entry.batches.append(
+            entry.remember(
+                slot,
                 BatchMetadata(
                     base_sequence,
                     (base_sequence + count - 1) % SEQUENCE_MODULUS,
                     base_offset,
                     last_offset,
                     append_time_ms,
-                )
+                ),
             )
         entry.last_timestamp_ms = append_time_ms
         entry.last_offset = max(entry.last_offset, last_offset)
@@ -247,14 +325,16 @@ class ProducerStateManager:
         append_time_ms: int,
         offset: int = -1,
     ) -> int | None:
-        """Close the producer's transaction; returns its first offset (None if none was open)."""
+        """Close the producer's transaction, in all its slots; returns its first offset
+        (None if none was open). The slots' sequences stay unless the epoch moves on (see
+        the module's docstring: a late retry must still be a duplicate)."""
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = ProducerEntry(producer_id, epoch)
             self.producers[producer_id] = entry
         elif epoch > entry.epoch:
             entry.epoch = epoch
-            entry.batches.clear()
+            entry.clear_sequences()
         entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         entry.last_timestamp_ms = append_time_ms
         entry.last_offset = max(entry.last_offset, offset)
@@ -269,7 +349,10 @@ class ProducerStateManager:
 
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Forget producers idle past ``expiration_ms`` with nothing open (Kafka's
-        ``producer.id.expiration.ms``)."""
+        ``producer.id.expiration.ms``), and the idle slots of the others."""
+        for entry in self.producers.values():
+            if entry.slots:
+                entry.expire_slots(now_ms, expiration_ms)
         gone = [
             pid
             for pid, entry in self.producers.items()

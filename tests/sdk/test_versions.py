@@ -60,7 +60,7 @@ PREVIOUS_RELEASE_FIELDS = {
     f"/v1/transactions/{TID}/abort": {"producer_id", "producer_epoch", "wait_for_markers"},
 }
 TOPIC = {"name": "t", "partitions": [{"partition": 0, "leader": {"node_id": 1, "url": NODE}}]}
-FEATURES_0_3 = {"release": "0.3.0", "protocol": 2, "transaction_version": {"min": 1, "max": 2}}
+FEATURES_0_3 = {"release": "0.3.0", "protocol": 3, "transaction_version": {"min": 1, "max": 2}}
 
 
 class FakeCoordinator:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import httpx
 
-from eos_protocol.versions import CURRENT_FEATURES, RELEASE
+from eos_protocol.versions import CURRENT_FEATURES, PROTOCOL_VERSION, RELEASE
 from tests.sdk.cluster import Cluster
 from tests.sdk.conftest import Twin
 from tests.sdk.helpers import uid
@@ -19,7 +19,9 @@ def test_the_cluster_names_its_features_and_the_producer_takes_version_2(
     answer = httpx.get(f"{cluster.url}/v1/metadata", params={"include_topics": "false"}, timeout=30)
     assert answer.status_code == 200, answer.text
     assert answer.json()["features"] == {
-        "release": RELEASE, "protocol": 2, "transaction_version": {"min": 1, "max": 2}
+        "release": RELEASE,
+        "protocol": PROTOCOL_VERSION,
+        "transaction_version": {"min": 1, "max": 2},
     }
     assert twin.admin(cluster.url).describe_cluster().features == CURRENT_FEATURES
 
