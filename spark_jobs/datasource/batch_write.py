@@ -1,0 +1,146 @@
+"""``df.write.format("eos")``: the whole DataFrame in one transaction owned by the driver.
+
+PySpark builds the writer once, on the driver, pickles it into every task and, once the
+tasks are done, unpickles it again on the driver for ``commit`` or ``abort``. So the
+writer's constructor is the driver's "begin" and its fields carry the transaction to the
+tasks:
+
+1. ``EosBatchWriter.__init__`` (driver) checks the target topic exists and takes a new
+   epoch for the write's transactional id (``transactionalId``, else a fresh
+   ``eos-spark-write-<uuid>``): any task of an earlier write under that id still running
+   is fenced, and what it left open is aborted.
+2. ``write`` (each task) adds the partitions it writes to the transaction and produces its
+   rows under the driver's producer id and epoch, in its own slot
+   (``spark_jobs.datasource.task_write``): a retried or speculative attempt re-sends the
+   same batches with the same sequences, which the node drops as duplicates.
+3. ``commit`` (driver) checks that every (partition, slot) holds exactly what its task
+   reported, then commits: read_committed readers see the whole DataFrame at once.
+   ``abort`` (driver, when a task failed for good) aborts: nothing becomes visible. If the
+   driver dies, the transaction times out (``transactionTimeoutMs``) and is aborted.
+
+``mode=at_least_once`` skips the transaction: each task writes idempotently under a
+producer id of its own, visible as soon as written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
+
+from sdk import TopicPartition
+from spark_jobs._wire import ProducerIdentity, TransactionSession
+from spark_jobs.datasource.options import EosOptionError, SinkOptions
+from spark_jobs.datasource.records import check_write_schema
+from spark_jobs.datasource.task_write import (
+    TaskWriteSpec,
+    Written,
+    check_written,
+    idempotent_identity,
+    task_slot,
+    write_task,
+)
+
+
+def task_spec(options: SinkOptions, schema: Any) -> TaskWriteSpec:
+    """Check the DataFrame's schema and the default topic (driver); what the tasks need."""
+    binary = check_write_schema(schema, options.topic)
+    if options.topic is not None:
+        with options.connection.admin() as admin:
+            names = {t.name for t in admin.describe_cluster().topics}
+        if options.topic not in names:
+            raise EosOptionError(f"option topic: {options.topic} does not exist")
+    return TaskWriteSpec(
+        connection=options.connection,
+        default_topic=options.topic,
+        binary=binary,
+        batch_records=options.batch_records,
+        batch_bytes=options.batch_bytes,
+        sort=options.sort_within_task,
+    )
+
+
+def session(options: SinkOptions, transactional_id: str) -> TransactionSession:
+    connection = options.connection
+    return connection.secure(
+        TransactionSession(
+            connection.bootstrap, transactional_id,
+            transaction_timeout_ms=options.transaction_timeout_ms,
+        )
+    )
+
+
+def adder(options: SinkOptions, transactional_id: str, identity: ProducerIdentity) -> Any:
+    """A task's ``add_partitions``: the driver's transaction, under its producer id and
+    epoch (any process holding them may add partitions; KIP-890's check at the node)."""
+
+    def add(partitions: Sequence[TopicPartition]) -> None:
+        txn = session(options, transactional_id)
+        try:
+            txn.identity = identity
+            txn.add_partitions(partitions)
+        finally:
+            txn.close()
+
+    return add
+
+
+class EosBatchWriter(DataSourceWriter):
+    """One DataFrame, one transaction (see the module docstring)."""
+
+    def __init__(self, options: SinkOptions, schema: Any) -> None:
+        self.options = options
+        self.spec = task_spec(options, schema)
+        self.transactional_id = options.transactional_id or f"eos-spark-write-{uuid.uuid4().hex}"
+        self.identity: ProducerIdentity | None = None
+        if options.exactly_once:
+            txn = session(options, self.transactional_id)
+            try:
+                self.identity = txn.init()
+            finally:
+                txn.close()
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        slot = task_slot()
+        if self.identity is None:  # at-least-once: a producer id of the task's own
+            identity = idempotent_identity(self.options.connection)
+            return write_task(iterator, self.spec, identity, slot=None, add_partitions=None)
+        return write_task(
+            iterator, self.spec, self.identity, slot=slot,
+            add_partitions=adder(self.options, self.transactional_id, self.identity),
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.identity is None:
+            return
+        written = [m for m in messages if isinstance(m, Written)]
+        txn = session(self.options, self.transactional_id)
+        try:
+            txn.identity = self.identity
+            try:
+                check_written(self.options.connection, self.identity, written)
+                if not any(m.records for m in written):
+                    with contextlib.suppress(Exception):  # nothing was begun to commit
+                        txn.abort()
+                    return
+                txn.commit()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    txn.abort()
+                raise
+        finally:
+            txn.close()
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.identity is None:
+            return
+        txn = session(self.options, self.transactional_id)
+        try:
+            txn.identity = self.identity
+            with contextlib.suppress(Exception):
+                txn.abort()
+        finally:
+            txn.close()
