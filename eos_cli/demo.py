@@ -1,56 +1,55 @@
-"""``eos demo``: the product in one minute.
+"""``eos demo``: the product in one minute, as a Spark user meets it.
 
-Brings a local cluster up (or uses a running one), writes sample JSON events, runs the
-Spark exactly-once pipeline over them in local mode while one task is made to fail half way
-through its transaction and be retried, and then checks the outcome the way a skeptical
-user would: every input event exactly once in the outputs, nothing from the failed attempt
-visible, and the consumer group's committed offsets at the end of the input.
+Brings a local cluster up (or uses a running one), writes sample JSON events, and runs the
+Structured Streaming query a Spark user would copy — ``spark.readStream.format("eos")``, a
+transformation, ``writeStream.format("eos")`` with a checkpoint — in local mode, while the
+first attempt of one sink task is made to fail half way through its write (its first
+batches acknowledged, inside the micro-batch's open transaction) and is retried by Spark.
+Then it checks the outcome the way a skeptical user would: every input event exactly once
+in the outputs, nothing of the failed attempt twice, and the sink's record of the last
+micro-batch it committed.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from spark_jobs.check import CheckReport
-from spark_jobs.eos_pipeline import PartitionOutcome, PipelineStats, TaskProgress
 
 console = Console()
 SOURCE, ENRICHED, DEAD_LETTER = "demo-events", "demo-enriched", "demo-dead-letter"
 
 
-class FailOnce:
-    """The planted fault: the first attempt of one task flushes what it sent so far (so it
-    really is on the storage node, inside the open transaction) and then fails. Spark
-    retries the task; the retry's ``init_transactions`` aborts the failed attempt's
-    transaction, so its records are never shown to read_committed readers."""
+#: The query the demo runs, as a user writes it (printed by the demo, kept in docs/spark.md).
+QUERY = """\
+events = (spark.readStream.format("eos").option("bootstrap", url)
+          .option("subscribe", source).option("startingOffsets", "earliest").load())
+enriched = dataframe_transform(enriched_topic, dead_letter_topic)(
+    events.withColumn("key", col("key").cast("string"))
+          .withColumn("value", col("value").cast("string")))
+query = (enriched.writeStream.format("eos").option("bootstrap", url)
+         .option("transactionalIdPrefix", app).option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())"""
 
-    def __init__(self, partition: int, after: int, witness: Path) -> None:
-        self.partition = partition
-        self.after = after
-        self.witness = witness  # a file the fault leaves behind, so the driver knows it fired
 
-    def __call__(self, progress: TaskProgress) -> None:
-        if (
-            progress.attempt == 0
-            and progress.tp.partition == self.partition
-            and progress.records == self.after
-        ):
-            progress.flush()
-            self.witness.touch()
-            raise RuntimeError(
-                f"planted fault: task for {progress.tp.topic}-{progress.tp.partition} "
-                f"fails after sending {self.after} records"
-            )
+@dataclass(frozen=True)
+class StreamStats:
+    batches: int
+    last_batch: int  # the last micro-batch id with input (-1: none)
+    records_in: int
+    seconds: float
 
 
 @contextmanager
@@ -80,8 +79,8 @@ def demo(
     port_base: Annotated[int, typer.Option(help="Ports of the local cluster.")] = 18080,
     master: Annotated[str, typer.Option(help="Spark master.")] = "local[2,4]",
 ) -> None:
-    """Run the exactly-once Spark pipeline over sample events, with a failing task, and
-    check the result: input count, output count, duplicates 0, lost 0."""
+    """Run an exactly-once Structured Streaming query over sample events, with a sink task
+    that fails once, and check the result: input count, output count, duplicates 0, lost 0."""
     run_id = time.strftime("%H%M%S")
     source, app = f"{SOURCE}-{run_id}", f"demo-{run_id}"
     progress = Progress(
@@ -96,18 +95,21 @@ def demo(
         step = progress.add_task(f"writing {events} events to {source}", total=events)
         _write_events(url, source, partitions, events)
         progress.update(step, completed=events)
-        step = progress.add_task("Spark pipeline (1 task fails once)", total=events)
+        step = progress.add_task("Structured Streaming (1 task fails once)", total=events)
 
-        def on_batch(_batch: int, outcomes: list[PartitionOutcome]) -> None:
-            progress.advance(step, sum(o.records_in for o in outcomes))
+        def on_batch(records: int) -> None:
+            progress.advance(step, records)
 
-        witness = Path(tempfile.mkdtemp(prefix="eos-demo-fault-")) / "fired"
-        stats = _run_pipeline(url, app, source, master, on_batch, events, partitions, witness)
-        fired = witness.exists()
-        shutil.rmtree(witness.parent, ignore_errors=True)
+        scratch = Path(tempfile.mkdtemp(prefix="eos-demo-"))
+        witness = scratch / "fault-fired"
+        try:
+            stats = _run_stream(url, app, source, master, on_batch, events, scratch, witness)
+            fired = witness.exists()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         progress.update(step, completed=events)
         step = progress.add_task("checking with read_committed", total=1)
-        report, offsets_ok, output_count = _check(url, app, source)
+        report, recorded, output_count = _check(url, app, source)
         progress.update(step, completed=1)
 
     console.print()
@@ -118,13 +120,20 @@ def demo(
     console.print(f"duplicates          {len(report.duplicates)}")
     console.print(f"lost                {len(report.lost)}")
     console.print(f"unexpected          {len(report.unexpected)}")
-    console.print(f"offsets committed   {'at the end of the input' if offsets_ok else 'WRONG'}")
+    batches_ok = recorded == stats.last_batch + 1
+    console.print(
+        f"micro-batches       {stats.batches}, the last recorded in its transaction"
+        if batches_ok
+        else f"micro-batches       {stats.batches}, but the sink recorded {recorded}: WRONG"
+    )
     console.print(f"planted task fault  {'fired, task retried' if fired else 'did not fire'}")
     console.print(
-        f"pipeline            {stats.batches} batches, "
-        f"{stats.records_in / max(stats.seconds, 1e-9):,.0f} records/s"
+        f"query               {stats.records_in / max(stats.seconds, 1e-9):,.0f} records/s"
     )
-    if report.ok and offsets_ok and fired:
+    console.print()
+    console.print("[bold]the query[/bold] (docs/spark.md):")
+    console.print(QUERY, markup=False, highlight=False)
+    if report.ok and batches_ok and fired:
         console.print(
             "[bold green]exactly once[/bold green]: every event delivered once, "
             "the failed attempt's records never visible"
@@ -151,20 +160,26 @@ def _write_events(url: str, source: str, partitions: int, count: int) -> None:
     make_events(url, source, count)
 
 
-def _run_pipeline(
+def _run_stream(
     url: str,
     app: str,
     source: str,
     master: str,
-    on_batch: Callable[[int, list[PartitionOutcome]], None],
+    on_batch: Callable[[int], None],
     events: int,
-    partitions: int,
+    scratch: Path,
     witness: Path,
-) -> PipelineStats:
-    from spark_jobs.eos_pipeline import PipelineConfig, build_session, run_pipeline
-    from spark_jobs.examples.events import record_transform
+) -> StreamStats:
+    """The query of ``QUERY``, its sink task 0 failing once after a quarter of its share."""
+    from pyspark.sql.functions import col
 
-    enriched, dead_letter = _names(source)
+    from spark_jobs.datasource import register
+    from spark_jobs.datasource.planted_fault import FAIL_TASK_ONCE_ENV
+    from spark_jobs.eos_pipeline import build_session
+    from spark_jobs.examples.events import dataframe_transform
+
+    enriched_topic, dead_letter_topic = _names(source)
+    os.environ[FAIL_TASK_ONCE_ENV] = f"{witness}:{max(events // 8, 1)}"
     spark = build_session(
         master,
         "eos-demo",
@@ -177,34 +192,69 @@ def _run_pipeline(
     # The planted fault makes Spark log the failed task's traceback; the demo reports the
     # retry itself, so keep the console for the progress and the check.
     spark.sparkContext.setLogLevel("FATAL")
-    config = PipelineConfig(
-        bootstrap_url=url,
-        application_id=app,
-        source_topic=source,
-        max_batch_records=max(events // 2, 1),
-    )
+    register(spark)
+    started = time.monotonic()
     try:
-        return run_pipeline(
-            spark,
-            config,
-            transform=record_transform(enriched=enriched, dead_letter=dead_letter),
-            fault=FailOnce(partition=0, after=max(events // partitions // 4, 1), witness=witness),
-            on_batch=on_batch,
+        events_df = (
+            spark.readStream.format("eos").option("bootstrap", url)
+            .option("subscribe", source).option("startingOffsets", "earliest")
+            .option("maxRecordsPerTrigger", str(max(events // 2, 1))).load()
+        )  # fmt: skip
+        enriched = dataframe_transform(enriched_topic, dead_letter_topic)(
+            events_df.withColumn("key", col("key").cast("string")).withColumn(
+                "value", col("value").cast("string")
+            )
         )
+        query = (
+            enriched.writeStream.format("eos").option("bootstrap", url)
+            .option("transactionalIdPrefix", app)
+            .option("checkpointLocation", str(scratch / "checkpoint"))
+            # small batches streamed as they are cut, so the fault strikes after some of
+            # the task's records are on the node
+            .option("batchRecords", str(max(events // 20, 1))).option("sortWithinTask", "false")
+            .trigger(availableNow=True).start()
+        )  # fmt: skip
+        return _follow(query, on_batch, started)
     finally:
+        os.environ.pop(FAIL_TASK_ONCE_ENV, None)
         spark.stop()
 
 
-def _check(url: str, app: str, source: str) -> tuple[CheckReport, bool, int]:
-    from spark_jobs.check import check_topics, offsets_at_end, read_all
+def _follow(query: Any, on_batch: Callable[[int], None], started: float) -> StreamStats:
+    """Wait for the query, reporting each micro-batch's input; its stats at the end."""
+    seen: set[int] = set()
+    records = 0
+
+    def report() -> None:
+        nonlocal records
+        for progress in query.recentProgress:
+            batch = int(progress["batchId"])
+            rows = int(progress["numInputRows"])
+            if batch not in seen and rows:
+                seen.add(batch)
+                records += rows
+                on_batch(rows)
+
+    while not query.awaitTermination(0.5):
+        report()
+    if query.exception() is not None:
+        raise RuntimeError(f"the streaming query failed: {query.exception()}")
+    report()
+    return StreamStats(len(seen), max(seen, default=-1), records, time.monotonic() - started)
+
+
+def _check(url: str, app: str, source: str) -> tuple[CheckReport, int | None, int]:
+    """The outputs against the input, and the next micro-batch the sink recorded."""
+    from spark_jobs.check import check_topics, read_all
+    from spark_jobs.datasource.options import sink_options
+    from spark_jobs.datasource.stream_write import next_batch
     from spark_jobs.examples.events import output_source, source_of
 
     enriched, dead_letter = _names(source)
     expected = [source_of(r) for r in read_all(url, source)]
     report = check_topics(url, [enriched, dead_letter], expected, output_source)
-    offsets = offsets_at_end(url, source, app)
-    offsets_ok = all(committed == end for committed, end in offsets.values())
-    return report, offsets_ok, report.delivered
+    options = sink_options({"bootstrap": url, "transactionalIdPrefix": app}, streaming=True)
+    return report, next_batch(options), report.delivered
 
 
 def register(app: typer.Typer) -> None:

@@ -41,6 +41,7 @@ from spark_jobs._wire import (
     ProducerIdentity,
     SequencedPartitionWriter,
 )
+from spark_jobs.datasource import planted_fault
 from spark_jobs.datasource.options import Connection
 from spark_jobs.datasource.records import sort_key, target_of, wire_record
 
@@ -129,9 +130,11 @@ def write_slot(
     *,
     slot: int | None,
     transactional: bool,
+    written_before: int = 0,
 ) -> tuple[int, int]:
     """Write one target partition's records from sequence 0 of ``slot``; returns
-    (duplicate batches, skipped batches)."""
+    (duplicate batches, skipped batches). ``written_before``: the task's records already
+    written to other partitions (for the planted fault's count)."""
     encoding = "base64" if spec.binary else "utf8"
     written = writer.last_sequence(tp, slot=slot)
     sequence = duplicates = skipped = 0
@@ -154,6 +157,7 @@ def write_slot(
                     raise
                 skipped += 1
         sequence = last + 1
+        planted_fault.after_written(written_before + sequence)
     return duplicates, skipped
 
 
@@ -176,7 +180,7 @@ def write_task(
         for tp in sorted(targets):
             dup, skip = write_slot(
                 writer, tp, targets[tp], spec, slot=slot,
-                transactional=add_partitions is not None,
+                transactional=add_partitions is not None, written_before=message.total,
             )
             message.records[(tp.topic, tp.partition)] = len(targets[tp])
             message.duplicate_batches += dup

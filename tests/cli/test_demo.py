@@ -1,5 +1,6 @@
-"""``eos demo`` end to end, as a user runs it: a local cluster, sample events, the Spark
-exactly-once pipeline with a task that fails once, and the check."""
+"""``eos demo`` end to end, as a user runs it: a local cluster, sample events, a Structured
+Streaming query through ``format("eos")`` whose sink task fails once mid-write, and the
+check."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def test_demo_reports_exactly_once_with_a_retried_task() -> None:
     assert lines["output records"].split()[2] == "1500"
     assert lines["duplicates"].split()[-1] == "0"
     assert lines["lost"].split()[-1] == "0"
-    assert "at the end of the input" in lines["offsets committed"]
+    assert "the last recorded in its transaction" in lines["micro-batches"]
     assert "fired, task retried" in lines["planted task fault"]
     assert "exactly once" in result.stdout
+    assert 'writeStream.format("eos")' in result.stdout  # the query a user copies
