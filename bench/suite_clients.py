@@ -113,6 +113,7 @@ SPARK_SCRIPT = """
 import sys, json, shutil, tempfile
 from pathlib import Path
 from eos_bench.bench_spark import start_services, fill, copy
+from eos_bench.bench_spark_stream import stream_copy, stream_latency
 from sdk import AdminClient
 from spark_jobs.eos_pipeline import build_session
 
@@ -135,17 +136,23 @@ try:
         rate_in = fill(url, f"source-{{n}}", n, 100)
         plain = copy(spark, url, f"source-{{n}}", False, 250_000)
         exact = copy(spark, url, f"source-{{n}}", True, 250_000)
+        stream_plain = stream_copy(spark, url, f"source-{{n}}", n, False)
+        stream_exact = stream_copy(spark, url, f"source-{{n}}", n, True)
         out.append({{"records": n, "fill_records_per_s": round(rate_in),
                     "at_least_once_records_per_s": round(plain),
                     "exactly_once_records_per_s": round(exact),
-                    "ratio": round(exact / plain, 3)}})
+                    "ratio": round(exact / plain, 3),
+                    "stream_at_least_once_records_per_s": round(stream_plain),
+                    "stream_exactly_once_records_per_s": round(stream_exact),
+                    "stream_ratio": round(stream_exact / stream_plain, 3)}})
+    latency = stream_latency(spark, url)
 finally:
     if spark is not None:
         spark.stop()
     for server in reversed(servers):
         server.stop()
     shutil.rmtree(root, ignore_errors=True)
-print("RESULT " + json.dumps(out))
+print("RESULT " + json.dumps({{"runs": out, "stream_latency": latency}}))
 """
 
 
@@ -167,5 +174,5 @@ def run_spark(plan: Any, progress: Any) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
-            return {"runs": json.loads(line[len("RESULT "):])}
+            return dict(json.loads(line[len("RESULT "):]))
     return {"error": f"exit {done.returncode}: {done.stderr[-1500:]}", "runs": []}

@@ -173,6 +173,16 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
                 f"{s['at_least_once_records_per_s']:,}")
             row(f"spark pipeline {s['records']:,} rec, exactly-once (rec/s)",
                 f"{s['exactly_once_records_per_s']:,}", None, None, s["ratio"])
+            if "stream_exactly_once_records_per_s" in s:
+                row(f"spark stream {s['records']:,} rec, at-least-once (rec/s)",
+                    f"{s['stream_at_least_once_records_per_s']:,}")
+                row(f"spark stream {s['records']:,} rec, exactly-once (rec/s)",
+                    f"{s['stream_exactly_once_records_per_s']:,}", None, None,
+                    s["stream_ratio"])
+        latency = spark.get("stream_latency")
+        if latency:
+            row("spark stream commit-to-visible p50 / p95 (s)",
+                f"{latency['p50_s']} / {latency['p95_s']}")
         w("-" * WIDTH + "\n")
     w("vs limit: the figure over its limit (restart and failover: time over the limit's time; "
       "coordinator: txn/s over pgbench tps;\n  scale: PostgreSQL commits/s over pgbench tps; "
