@@ -320,7 +320,11 @@ def init_producer_id(bootstrap_url: str, retry: RetryConfig | None = None) -> Pr
     """A new idempotent producer id (``POST /v1/producers``): the at-least-once job's
     tasks number their batches under it, so a resent batch is a duplicate, but a retried
     task, with a new id, writes its output again (what at-least-once means)."""
-    client = _Client(bootstrap_url, retry)
+    return request_producer_id(_Client(bootstrap_url, retry))
+
+
+def request_producer_id(client: _Client) -> ProducerIdentity:
+    """``init_producer_id`` on a client the caller made (with its credentials); closes it."""
     try:
         body = client.http.call(
             Req.INIT_PRODUCER_ID, "POST", "/v1/producers", base=client.bootstrap, json={},

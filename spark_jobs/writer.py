@@ -74,16 +74,19 @@ class WriteResult:
         return sum(self.records.values())
 
 
-def _batches(
-    records: Iterable[dict[str, Any]], options: WriteOptions
+def cut_batches(
+    records: Iterable[dict[str, Any]], batch_records: int, batch_bytes: int, overhead: int = 64
 ) -> Iterator[list[dict[str, Any]]]:
-    """Deterministic cut: a batch closes at ``batch_records`` records or before it would
-    pass ``batch_bytes`` of keys and values."""
+    """The deterministic cut of a task's records for one partition: a batch closes at
+    ``batch_records`` records or before it would pass ``batch_bytes`` of keys and values
+    (each counted with ``overhead``), so every attempt of a task cuts the same batches and
+    numbers them with the same sequences (the data source's tasks too,
+    ``spark_jobs.datasource.task_write``)."""
     batch: list[dict[str, Any]] = []
     size = 0
     for record in records:
-        length = len(record.get("key") or "") + len(record.get("value") or "") + 64
-        if batch and (len(batch) >= options.batch_records or size + length > options.batch_bytes):
+        length = len(record.get("key") or "") + len(record.get("value") or "") + overhead
+        if batch and (len(batch) >= batch_records or size + length > batch_bytes):
             yield batch
             batch, size = [], 0
         batch.append(record)
@@ -103,7 +106,9 @@ def write_partition(
     sequence 0; returns (records, duplicate batches, skipped batches)."""
     written = writer.last_sequence(tp)
     sequence = count = duplicates = skipped = 0
-    for index, batch in enumerate(_batches(records, options)):
+    for index, batch in enumerate(
+        cut_batches(records, options.batch_records, options.batch_bytes)
+    ):
         last = sequence + len(batch) - 1
         if last <= written:
             skipped += 1

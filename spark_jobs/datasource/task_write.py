@@ -30,20 +30,18 @@ from typing import Any
 
 from pyspark.sql.datasource import WriterCommitMessage
 
-from eos_protocol.common import read_answer
-from eos_protocol.coordinator import ProducerIdResponse
 from eos_protocol.errors import OutOfOrderSequenceNumberError
 from sdk import TopicPartition
-from sdk._transport import Req
 from spark_jobs._wire import (
-    CALL_TIMEOUT_S,
     PartitionFetcher,
     ProducerIdentity,
     SequencedPartitionWriter,
+    request_producer_id,
 )
 from spark_jobs.datasource import planted_fault
 from spark_jobs.datasource.options import Connection
 from spark_jobs.datasource.records import sort_key, target_of, wire_record
+from spark_jobs.writer import cut_batches
 
 #: Bytes counted for a record beside its key and value (offsets, framing, JSON).
 RECORD_OVERHEAD_BYTES = 48
@@ -85,21 +83,8 @@ class Written(WriterCommitMessage):
 def batches(
     records: Iterable[dict[str, Any]], spec: TaskWriteSpec
 ) -> Iterator[list[dict[str, Any]]]:
-    """The deterministic cut: a batch closes at ``batch_records`` records, or before it
-    would pass ``batch_bytes`` of keys and values."""
-    batch: list[dict[str, Any]] = []
-    size = 0
-    for record in records:
-        length = RECORD_OVERHEAD_BYTES + len(record.get("key") or "") + len(
-            record.get("value") or ""
-        )
-        if batch and (len(batch) >= spec.batch_records or size + length > spec.batch_bytes):
-            yield batch
-            batch, size = [], 0
-        batch.append(record)
-        size += length
-    if batch:
-        yield batch
+    """The deterministic cut of ``write_atomic`` (``spark_jobs.writer.cut_batches``)."""
+    return cut_batches(records, spec.batch_records, spec.batch_bytes, RECORD_OVERHEAD_BYTES)
 
 
 def group_rows(
@@ -222,16 +207,7 @@ def check_written(
 def idempotent_identity(connection: Connection) -> ProducerIdentity:
     """A new idempotent producer id for one at-least-once task (``POST /v1/producers``),
     asked with the connection's credentials."""
-    client = connection.secure(PartitionFetcher(connection.bootstrap, None))
-    try:
-        body = client.http.call(
-            Req.INIT_PRODUCER_ID, "POST", "/v1/producers", base=client.bootstrap, json={},
-            timeout_s=CALL_TIMEOUT_S,
-        )
-    finally:
-        client.close()
-    answer = read_answer(ProducerIdResponse, body)
-    return ProducerIdentity(answer.producer_id, answer.producer_epoch)
+    return request_producer_id(connection.secure(PartitionFetcher(connection.bootstrap, None)))
 
 
 def task_slot() -> int:
