@@ -160,15 +160,23 @@ def _wire_headers(headers: Any) -> dict[str, str] | None:
     items: Iterable[Any] = headers.items() if isinstance(headers, Mapping) else headers
     out: dict[str, str] = {}
     for item in items:
-        key, value = (item[0], item[1])
+        # Kafka's array<struct<key, value>>: Row or (from Arrow) dict elements; a map: pairs
+        pair = (item["key"], item["value"]) if isinstance(item, Mapping) else item
+        key, value = pair[0], pair[1]
         text = _text(value)
         out[str(key)] = "" if text is None else text
     return out
 
 
-def wire_record(row: Any, binary: bool) -> dict[str, Any]:
-    """A row as the wire's ``RecordIn`` (keys and values base64 when ``binary``)."""
-    fields = row.asDict() if hasattr(row, "asDict") else dict(row)
+def row_fields(row: Any) -> Mapping[str, Any]:
+    """A row's columns by name: an Arrow batch's rows are dicts already (``to_pylist``);
+    a ``Row`` is asked once."""
+    return row if isinstance(row, dict) else row.asDict()
+
+
+def wire_record(fields: Mapping[str, Any], binary: bool) -> dict[str, Any]:
+    """A row (its ``row_fields``) as the wire's ``RecordIn`` (keys and values base64 when
+    ``binary``)."""
     record: dict[str, Any] = {
         "key": _wire_payload(fields.get("key"), binary),
         "value": _wire_payload(fields.get("value"), binary),
@@ -180,10 +188,10 @@ def wire_record(row: Any, binary: bool) -> dict[str, Any]:
 
 
 def target_of(
-    row: Any, record: Mapping[str, Any], default_topic: str | None, counts: Mapping[str, int]
+    fields: Mapping[str, Any], default_topic: str | None, counts: Mapping[str, int]
 ) -> tuple[str, int]:
-    """The topic and partition a row goes to (its columns, else the placement rule)."""
-    fields = row.asDict() if hasattr(row, "asDict") else dict(row)
+    """The topic and partition a row (its ``row_fields``) goes to: its columns, else the
+    placement rule."""
     topic = fields.get("topic") or default_topic
     if topic is None:
         raise ValueError("a row has no topic and the option topic is not set")

@@ -40,7 +40,7 @@ from spark_jobs._wire import (
 )
 from spark_jobs.datasource import planted_fault
 from spark_jobs.datasource.options import Connection
-from spark_jobs.datasource.records import sort_key, target_of, wire_record
+from spark_jobs.datasource.records import row_fields, sort_key, target_of, wire_record
 from spark_jobs.writer import cut_batches
 
 #: Bytes counted for a record beside its key and value (offsets, framing, JSON).
@@ -94,12 +94,12 @@ def group_rows(
     counts: dict[str, int] = {}
     targets: dict[TopicPartition, list[dict[str, Any]]] = {}
     for row in rows:
-        record = wire_record(row, spec.binary)
-        fields = row.asDict() if hasattr(row, "asDict") else dict(row)
+        fields = row_fields(row)
+        record = wire_record(fields, spec.binary)
         topic = fields.get("topic") or spec.default_topic
         if topic is not None and topic not in counts:
             counts[topic] = writer.partition_count(topic)
-        name, partition = target_of(row, record, spec.default_topic, counts)
+        name, partition = target_of(fields, spec.default_topic, counts)
         targets.setdefault(TopicPartition(name, partition), []).append(record)
     if spec.sort:
         for records in targets.values():
