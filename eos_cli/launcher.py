@@ -143,9 +143,15 @@ class ServiceProcess:
             self.pid_path.write_text(f"{self.process.pid}\n")
 
     def start(self, timeout: float = 30.0) -> ServiceProcess:
-        """Start the process and wait until it is ready."""
+        """Start the process and wait until it is ready. One that does not become ready
+        is stopped (and reaped) before the error is raised: a failed start leaves no
+        process behind holding its port."""
         self.launch()
-        self.wait_ready(timeout)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop(timeout=5.0)
+            raise
         return self
 
     def exit_code(self) -> int | None:
