@@ -41,7 +41,7 @@ from spark_jobs._wire import CALL_TIMEOUT_S, PartitionFetcher
 from spark_jobs.datasource import planning
 from spark_jobs.datasource.options import Connection, SourceOptions
 from spark_jobs.datasource.planning import Pushed, Slice
-from spark_jobs.datasource.records import row_of
+from spark_jobs.datasource.records import arrow_rows
 
 #: A read that makes no progress for this long fails (the partition's node is gone).
 STALL_TIMEOUT_S = 60.0
@@ -62,8 +62,9 @@ def read_slice(
     read_committed: bool = True,
     max_records: int = 10_000,
     pushed: Pushed | None = None,
-) -> Iterator[tuple[Any, ...]]:
-    """The rows of ``piece`` in offset order (the body of a read task)."""
+) -> Iterator[Any]:
+    """The rows of ``piece`` in offset order (the body of a read task), as Arrow record
+    batches, one per fetch."""
     fetcher = connection.secure(PartitionFetcher(connection.bootstrap, None))
     tp = TopicPartition(piece.topic, piece.partition)
     low = None if pushed is None else pushed.min_timestamp_ms
@@ -83,13 +84,16 @@ def read_slice(
                 params=params, timeout_s=CALL_TIMEOUT_S,
                 invalidate=lambda _exc: fetcher.metadata.invalidate_topic(tp.topic),
             )
+            kept = []
             for record in body["records"]:
                 if record["offset"] >= piece.end:
                     break
                 ms = record["timestamp_ms"]
                 if (low is not None and ms < low) or (high is not None and ms > high):
                     continue
-                yield row_of(piece.topic, piece.partition, record)
+                kept.append(record)
+            if kept:  # one Arrow batch per fetch
+                yield arrow_rows(piece.topic, piece.partition, kept)
             following = max(offset, int(body["next_offset"]))
             if following > offset:
                 offset, last_progress = following, time.monotonic()
@@ -184,7 +188,7 @@ class EosBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [SliceInput(s) for s in plan(self.options, self.pushed)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SliceInput)
         return read_slice(
             self.options.connection, partition.piece,

@@ -19,8 +19,7 @@ of a task wrote it.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from eos_protocol.partitioning import keyed_partition
@@ -71,26 +70,49 @@ def _payload(text: str | None, binary: bool) -> bytes | None:
     return base64.b64decode(text) if binary else text.encode("utf-8")
 
 
-def _headers(headers: Mapping[str, str] | None) -> list[tuple[str, bytes]] | None:
-    if not headers:
-        return None
-    return [(k, v.encode("utf-8")) for k, v in headers.items()]
+def arrow_rows(topic: str, partition: int, records: Sequence[Mapping[str, Any]]) -> Any:
+    """Fetched records (the node's JSON) as one Arrow ``RecordBatch`` of ``read_schema()``:
+    a read task hands Spark whole batches instead of a tuple per record, which PySpark
+    would otherwise check and convert one field at a time."""
+    import pyarrow as pa
+
+    schema = _arrow_read_schema()
+    keys, values, offsets, times, headers = [], [], [], [], []
+    for record in records:
+        binary = record.get("encoding", "utf8") == "base64"
+        keys.append(_payload(record.get("key"), binary))
+        values.append(_payload(record.get("value"), binary))
+        offsets.append(int(record["offset"]))
+        times.append(int(record["timestamp_ms"]) * 1000)
+        pairs = record.get("headers")
+        headers.append(
+            [{"key": k, "value": v.encode("utf-8")} for k, v in pairs.items()] if pairs else None
+        )
+    count = len(offsets)
+    columns = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([topic] * count, pa.string()),
+        pa.array([partition] * count, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(times, schema.field("timestamp").type),
+        pa.array([CREATE_TIME] * count, pa.int32()),
+        pa.array(headers, schema.field("headers").type),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def row_of(topic: str, partition: int, record: Mapping[str, Any]) -> tuple[Any, ...]:
-    """One fetched record (the node's JSON) as a row of ``READ_SCHEMA_DDL``."""
-    binary = record.get("encoding", "utf8") == "base64"
-    ms = int(record["timestamp_ms"])
-    return (
-        _payload(record.get("key"), binary),
-        _payload(record.get("value"), binary),
-        topic,
-        partition,
-        int(record["offset"]),
-        datetime.fromtimestamp(ms / 1000, tz=UTC),
-        CREATE_TIME,
-        _headers(record.get("headers")),
-    )
+_ARROW_READ_SCHEMA: Any = None
+
+
+def _arrow_read_schema() -> Any:
+    """``read_schema()`` in Arrow, as PySpark converts it for a Python source (UTC)."""
+    global _ARROW_READ_SCHEMA
+    if _ARROW_READ_SCHEMA is None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        _ARROW_READ_SCHEMA = to_arrow_schema(read_schema(), timezone="UTC")
+    return _ARROW_READ_SCHEMA
 
 
 def check_write_schema(schema: Any, default_topic: str | None) -> bool:

@@ -135,8 +135,10 @@ class EosStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp in available:
             end = positions[tp] + min(SIZE_SAMPLE, available[tp])  # never past the LSO
             piece = Slice(tp.topic, tp.partition, positions[tp], end)
-            for row in read_slice(self.options.connection, piece, max_records=SIZE_SAMPLE):
-                sizes.append(len(row[0] or b"") + len(row[1] or b"") + 64)
+            for batch in read_slice(self.options.connection, piece, max_records=SIZE_SAMPLE):
+                pairs = zip(batch.column("key").to_pylist(), batch.column("value").to_pylist(),
+                            strict=True)  # fmt: skip
+                sizes += [len(k or b"") + len(v or b"") + 64 for k, v in pairs]
         mean = sum(sizes) / len(sizes) if sizes else 1024
         return max(1, int(limit.max_bytes // mean))
 
@@ -159,7 +161,7 @@ class EosStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- tasks ---------------------------------------------------------------------------
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, SliceInput)
         return read_slice(
             self.options.connection, partition.piece,
