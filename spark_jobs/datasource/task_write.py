@@ -87,63 +87,79 @@ def batches(
     return cut_batches(records, spec.batch_records, spec.batch_bytes, RECORD_OVERHEAD_BYTES)
 
 
+class RowTargets:
+    """Where a task's rows go: each row's wire record and target partition (the topic's
+    partition count asked once per topic)."""
+
+    def __init__(self, spec: TaskWriteSpec, writer: SequencedPartitionWriter) -> None:
+        self.spec = spec
+        self.writer = writer
+        self.counts: dict[str, int] = {}
+
+    def __call__(self, row: Any) -> tuple[TopicPartition, dict[str, Any]]:
+        fields = row_fields(row)
+        topic = fields.get("topic") or self.spec.default_topic
+        if topic is not None and topic not in self.counts:
+            self.counts[topic] = self.writer.partition_count(topic)
+        name, partition = target_of(fields, self.spec.default_topic, self.counts)
+        return TopicPartition(name, partition), wire_record(fields, self.spec.binary)
+
+
 def group_rows(
     rows: Iterable[Any], spec: TaskWriteSpec, writer: SequencedPartitionWriter
 ) -> dict[TopicPartition, list[dict[str, Any]]]:
-    """The task's rows as wire records per target partition, in writing order."""
-    counts: dict[str, int] = {}
+    """The task's rows as wire records per target partition, in writing order (sorted by
+    content when ``spec.sort``)."""
+    target = RowTargets(spec, writer)
     targets: dict[TopicPartition, list[dict[str, Any]]] = {}
     for row in rows:
-        fields = row_fields(row)
-        record = wire_record(fields, spec.binary)
-        topic = fields.get("topic") or spec.default_topic
-        if topic is not None and topic not in counts:
-            counts[topic] = writer.partition_count(topic)
-        name, partition = target_of(fields, spec.default_topic, counts)
-        targets.setdefault(TopicPartition(name, partition), []).append(record)
+        tp, record = target(row)
+        targets.setdefault(tp, []).append(record)
     if spec.sort:
         for records in targets.values():
             records.sort(key=sort_key)
     return targets
 
 
-def write_slot(
-    writer: SequencedPartitionWriter,
-    tp: TopicPartition,
-    records: Sequence[dict[str, Any]],
-    spec: TaskWriteSpec,
-    *,
-    slot: int | None,
-    transactional: bool,
-    written_before: int = 0,
-) -> tuple[int, int]:
-    """Write one target partition's records from sequence 0 of ``slot``; returns
-    (duplicate batches, skipped batches). ``written_before``: the task's records already
-    written to other partitions (for the planted fault's count)."""
-    encoding = "base64" if spec.binary else "utf8"
-    written = writer.last_sequence(tp, slot=slot)
-    sequence = duplicates = skipped = 0
-    for batch in batches(records, spec):
-        last = sequence + len(batch) - 1
-        if last <= written:
-            skipped += 1
+class SlotSender:
+    """One target partition's batches in the task's slot, numbered from sequence 0: each
+    sent, or skipped when the slot already holds it (another attempt of the task got
+    further than the node remembers batches of)."""
+
+    def __init__(
+        self,
+        writer: SequencedPartitionWriter,
+        tp: TopicPartition,
+        spec: TaskWriteSpec,
+        *,
+        slot: int | None,
+        transactional: bool,
+    ) -> None:
+        self.writer, self.tp, self.slot = writer, tp, slot
+        self.transactional = transactional
+        self.encoding = "base64" if spec.binary else "utf8"
+        self.written = writer.last_sequence(tp, slot=slot)
+        self.sequence = self.duplicates = self.skipped = 0
+
+    def send(self, batch: list[dict[str, Any]]) -> None:
+        last = self.sequence + len(batch) - 1
+        if last <= self.written:
+            self.skipped += 1
         else:
             try:
-                answer = writer.produce(
-                    tp, sequence, batch, transactional=transactional, encoding=encoding,
-                    slot=slot,
-                )
-                duplicates += int(answer.duplicate)
+                answer = self.writer.produce(
+                    self.tp, self.sequence, batch, transactional=self.transactional,
+                    encoding=self.encoding, slot=self.slot,
+                )  # fmt: skip
+                self.duplicates += int(answer.duplicate)
             except OutOfOrderSequenceNumberError:
                 # Another attempt of this task is ahead by more batches than the node
                 # remembers: if it wrote this batch (the same batch), skip it.
-                written = writer.last_sequence(tp, slot=slot)
-                if last > written:
+                self.written = self.writer.last_sequence(self.tp, slot=self.slot)
+                if last > self.written:
                     raise
-                skipped += 1
-        sequence = last + 1
-        planted_fault.after_written(written_before + sequence)
-    return duplicates, skipped
+                self.skipped += 1
+        self.sequence = last + 1
 
 
 def write_task(
@@ -154,25 +170,75 @@ def write_task(
     slot: int | None,
     add_partitions: AddPartitions | None,
 ) -> Written:
-    """A task's whole output: grouped per target partition, the partitions added to the
-    transaction (``add_partitions``; None: idempotent, not transactional), then written."""
+    """A task's whole output in its slot. Sorted (``spec.sort``): grouped per target
+    partition, sorted, the partitions added to the transaction (``add_partitions``; None:
+    idempotent, not transactional), then written. Unsorted: written as the rows come, a
+    partition added when its first batch is cut, so a task holds one open batch per target
+    partition and its writes overlap its reading."""
     writer = spec.connection.secure(SequencedPartitionWriter(spec.connection.bootstrap, identity))
+    message = Written(identity.producer_id, identity.producer_epoch, slot)
+    transactional = add_partitions is not None
+    senders: dict[TopicPartition, SlotSender] = {}
+
+    def sender(tp: TopicPartition) -> SlotSender:
+        if tp not in senders:
+            if add_partitions is not None:
+                add_partitions([tp])
+            senders[tp] = SlotSender(writer, tp, spec, slot=slot, transactional=transactional)
+        return senders[tp]
+
+    def send(tp: TopicPartition, batch: list[dict[str, Any]]) -> None:
+        sender(tp).send(batch)
+        key = (tp.topic, tp.partition)
+        message.records[key] = message.records.get(key, 0) + len(batch)
+        planted_fault.after_written(message.total)
+
     try:
-        targets = group_rows(rows, spec, writer)
-        if add_partitions is not None and targets:
-            add_partitions(sorted(targets))
-        message = Written(identity.producer_id, identity.producer_epoch, slot)
-        for tp in sorted(targets):
-            dup, skip = write_slot(
-                writer, tp, targets[tp], spec, slot=slot,
-                transactional=add_partitions is not None, written_before=message.total,
-            )
-            message.records[(tp.topic, tp.partition)] = len(targets[tp])
-            message.duplicate_batches += dup
-            message.skipped_batches += skip
+        if spec.sort:
+            targets = group_rows(rows, spec, writer)
+            if add_partitions is not None and targets:
+                add_partitions(sorted(targets))
+            for tp in sorted(targets):
+                senders[tp] = SlotSender(writer, tp, spec, slot=slot, transactional=transactional)
+                for batch in batches(targets[tp], spec):
+                    send(tp, batch)
+        else:
+            _stream(rows, spec, RowTargets(spec, writer), send)
+        message.duplicate_batches = sum(s.duplicates for s in senders.values())
+        message.skipped_batches = sum(s.skipped for s in senders.values())
         return message
     finally:
         writer.close()
+
+
+def _stream(
+    rows: Iterable[Any],
+    spec: TaskWriteSpec,
+    target: RowTargets,
+    send: Callable[[TopicPartition, list[dict[str, Any]]], None],
+) -> None:
+    """Cut each target partition's records into batches as they come (the cut of
+    ``cut_batches``, per partition, so every attempt over the same input order cuts the
+    same batches) and send each as soon as it is cut."""
+    open_batches: dict[TopicPartition, list[dict[str, Any]]] = {}
+    sizes: dict[TopicPartition, int] = {}
+    for row in rows:
+        tp, record = target(row)
+        length = (
+            RECORD_OVERHEAD_BYTES + len(record.get("key") or "") + len(record.get("value") or "")
+        )
+        batch = open_batches.setdefault(tp, [])
+        if batch and (
+            len(batch) >= spec.batch_records or sizes[tp] + length > spec.batch_bytes
+        ):
+            send(tp, batch)
+            batch = open_batches[tp] = []
+            sizes[tp] = 0
+        batch.append(record)
+        sizes[tp] = sizes.get(tp, 0) + length
+    for tp, batch in open_batches.items():
+        if batch:
+            send(tp, batch)
 
 
 def check_written(

@@ -54,6 +54,34 @@ def test_attempts_of_a_task_are_duplicates_and_tasks_share_a_partition(
     )
 
 
+def test_unsorted_tasks_write_as_rows_come_and_a_retry_in_the_same_order_duplicates(
+    cluster: Cluster,
+) -> None:
+    """``sortWithinTask=false``: batches are cut per partition as the rows arrive (a task
+    holds one open batch per partition); a retry over the same input order cuts the same
+    batches, which the node answers as duplicates."""
+    topic = cluster.create_topic(partitions=2, prefix="dsu")
+    options = sink_options(
+        {"bootstrap": cluster.url, "topic": topic, "batchRecords": "4",
+         "sortWithinTask": "false"},
+        streaming=False,
+    )  # fmt: skip
+    writer = EosBatchWriter(options, _schema())
+    assert writer.identity is not None
+    tid, identity = writer.transactional_id, writer.identity
+    rows = [{"key": f"k{i % 5}", "value": f"v{i}", "partition": i % 2} for i in range(30)]
+    first = write_task(rows, writer.spec, identity, slot=3,
+                       add_partitions=adder(options, tid, identity))  # fmt: skip
+    assert first.records == {(topic, 0): 15, (topic, 1): 15}
+    retry = write_task(rows, writer.spec, identity, slot=3,
+                       add_partitions=adder(options, tid, identity))  # fmt: skip
+    assert retry.duplicate_batches + retry.skipped_batches == 8  # 2 x ceil(15 / 4)
+    writer.commit([first])
+    by_partition = {p: [str(r.value) for r in read_all(cluster.url, topic) if r.partition == p]
+                    for p in (0, 1)}  # fmt: skip
+    assert by_partition == {p: [f"v{i}" for i in range(p, 30, 2)] for p in (0, 1)}  # in order
+
+
 def test_the_driver_refuses_to_commit_what_a_task_did_not_write(cluster: Cluster) -> None:
     topic = cluster.create_topic(partitions=1, prefix="dst")
     options = sink_options({"bootstrap": cluster.url, "topic": topic}, streaming=False)

@@ -13,7 +13,7 @@ from spark_jobs.check import compare
 from spark_jobs.examples import events
 from spark_jobs.reader import decode_records
 from spark_jobs.transforms import OutputRecord, build_transform, parse_options
-from spark_jobs.writer import WriteOptions, _batches
+from spark_jobs.writer import WriteOptions, cut_batches
 
 pytestmark = pytest.mark.unit
 
@@ -55,7 +55,10 @@ def test_compare_counts_duplicates_losses_and_strangers() -> None:
 def test_batches_are_cut_the_same_way_every_time() -> None:
     records = [{"key": f"k{i}", "value": "x" * (i % 50)} for i in range(500)]
     options = WriteOptions(batch_records=40, batch_bytes=2000)
-    cuts = [[len(b) for b in _batches(records, options)] for _ in range(2)]
+    cuts = [
+        [len(b) for b in cut_batches(records, options.batch_records, options.batch_bytes)]
+        for _ in range(2)
+    ]
     assert cuts[0] == cuts[1] and sum(cuts[0]) == 500 and max(cuts[0]) <= 40
 
 
