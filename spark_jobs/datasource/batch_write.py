@@ -18,6 +18,13 @@ tasks:
    ``abort`` (driver, when a task failed for good) aborts: nothing becomes visible. If the
    driver dies, the transaction times out (``transactionTimeoutMs``) and is aborted.
 
+``writeOnce=true`` (with ``transactionalId``) is for ``foreachBatch``, where Spark replays
+a micro-batch whose commit log it did not write and a plain batch write would add a
+second copy: the commit also records the write (a transactional offset commit of the
+group ``<transactionalId>``, entry ``<transactionalId>``-0), so rows and record become
+visible together, and a later writer of the same ``transactionalId`` that finds the
+record writes nothing. Give each micro-batch its own id (``f"{query}-{batch_id}"``).
+
 ``mode=at_least_once`` skips the transaction: each task writes idempotently under a
 producer id of its own, visible as soon as written.
 """
@@ -31,7 +38,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
 
-from sdk import TopicPartition
+from sdk import Consumer, TopicPartition
 from spark_jobs._wire import ProducerIdentity, TransactionSession
 from spark_jobs.datasource.options import EosOptionError, SinkOptions
 from spark_jobs.datasource.records import check_write_schema
@@ -88,6 +95,19 @@ def adder(options: SinkOptions, transactional_id: str, identity: ProducerIdentit
     return add
 
 
+def written_before(options: SinkOptions, transactional_id: str) -> bool:
+    """``writeOnce``: a write under ``transactional_id`` committed, with its record (read
+    stably: a commit under way is waited for)."""
+    connection = options.connection
+    entry = TopicPartition(transactional_id, 0)
+    with Consumer(
+        connection.bootstrap, transactional_id, token=connection.token,
+        ca_file=connection.ca_file,
+    ) as consumer:
+        found = consumer.committed([entry], require_stable=True)
+    return found.get(entry) is not None
+
+
 class EosBatchWriter(DataSourceWriter):
     """One DataFrame, one transaction (see the module docstring)."""
 
@@ -96,7 +116,8 @@ class EosBatchWriter(DataSourceWriter):
         self.spec = task_spec(options, schema)
         self.transactional_id = options.transactional_id or f"eos-spark-write-{uuid.uuid4().hex}"
         self.identity: ProducerIdentity | None = None
-        if options.exactly_once:
+        self.done = options.write_once and written_before(options, self.transactional_id)
+        if options.exactly_once and not self.done:
             txn = session(options, self.transactional_id)
             try:
                 self.identity = txn.init()
@@ -105,6 +126,8 @@ class EosBatchWriter(DataSourceWriter):
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         slot = task_slot()
+        if self.done:  # writeOnce, and this write committed before: a replay
+            return Written(None, None, slot, skipped=True)
         if self.identity is None:  # at-least-once: a producer id of the task's own
             identity = idempotent_identity(self.options.connection)
             return write_task(iterator, self.spec, identity, slot=None, add_partitions=None)
@@ -126,6 +149,9 @@ class EosBatchWriter(DataSourceWriter):
                     with contextlib.suppress(Exception):  # nothing was begun to commit
                         txn.abort()
                     return
+                if self.options.write_once:
+                    entry = TopicPartition(self.transactional_id, 0)
+                    txn.add_offsets(self.transactional_id, {entry: 1})
                 txn.commit()
             except BaseException:
                 with contextlib.suppress(Exception):

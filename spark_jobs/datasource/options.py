@@ -43,7 +43,7 @@ _SOURCE = {
 }  # fmt: skip
 _SINK = {
     "topic", "mode", "transactionalid", "transactionalidprefix", "transactiontimeoutms",
-    "batchrecords", "batchbytes", "sortwithintask",
+    "batchrecords", "batchbytes", "sortwithintask", "writeonce",
 }  # fmt: skip
 
 _Client = TypeVar("_Client")
@@ -112,6 +112,7 @@ class SinkOptions:
     batch_records: int = 5_000
     batch_bytes: int = 1024 * 1024
     sort_within_task: bool = True
+    write_once: bool = False
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -263,6 +264,10 @@ def sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
     if streaming and "transactionalid" in given:
         raise EosOptionError("option transactionalId is for batch writes; "
                              "a stream takes transactionalIdPrefix")  # fmt: skip
+    write_once = _bool(given, "writeOnce", False)
+    if write_once and (streaming or mode != "exactly_once" or not given.get("transactionalid")):
+        raise EosOptionError("option writeOnce is for exactly-once batch writes and needs "
+                             "transactionalId (in foreachBatch: one per batch id)")  # fmt: skip
     return SinkOptions(
         connection=connection(options),
         topic=given.get("topic") or None,
@@ -273,5 +278,6 @@ def sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
         batch_records=_int(given, "batchRecords", 5_000) or 5_000,
         batch_bytes=_int(given, "batchBytes", 1024 * 1024) or 1024 * 1024,
         sort_within_task=_bool(given, "sortWithinTask", True),
+        write_once=write_once,
     )
 

@@ -46,6 +46,8 @@ benchmark's baseline): a retried task or a replayed batch writes its rows again.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -74,6 +76,12 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 _OPEN = frozenset(
     {TransactionState.EMPTY, TransactionState.ONGOING, TransactionState.COMPLETE_ABORT}
 )
+
+#: Test seam: ``EOS_SPARK_TEST_KILL_AT`` names a point of ``commit`` (``after_tasks``:
+#: every task wrote, the EOS commit not sent; ``after_eos_commit``: committed, Spark's
+#: commit log not written) at which the driver dies, and ``EOS_SPARK_TEST_KILL_MARKER`` a
+#: file written just before, so a test can show the point was hit. Unset: nothing happens.
+KILL_AT_ENV, KILL_MARKER_ENV = "EOS_SPARK_TEST_KILL_AT", "EOS_SPARK_TEST_KILL_MARKER"
 
 #: How long a task waits for a batch's transactional id to settle (an abort under way).
 SETTLE_TIMEOUT_S = 30.0
@@ -139,6 +147,21 @@ def open_identity(options: SinkOptions, batch_id: int) -> ProducerIdentity:
         raise RuntimeError(f"{tid}: the transaction of batch {batch_id} is {txn.state}, "
                            "not ready for the batch's tasks")  # fmt: skip
     return ProducerIdentity(txn.producer_id, txn.producer_epoch)
+
+
+def _test_kill_point(point: str, batch_id: int) -> None:
+    """The test seam (``KILL_AT_ENV``): SIGKILL the driver's process group, not only this
+    process: PySpark runs ``commit`` in a Python worker of the driver's JVM, whose daemon
+    has a group of its own. A test starts its driver in a session of its own, so the
+    session id names the driver's group; this process's group follows."""
+    if os.environ.get(KILL_AT_ENV) != point:
+        return
+    marker = os.environ.get(KILL_MARKER_ENV)
+    if marker:
+        with open(marker, "w") as out:
+            out.write(f"{point} {batch_id}\n")
+    os.killpg(os.getsid(0), signal.SIGKILL)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def batch_of_task() -> int:
@@ -211,8 +234,10 @@ class EosStreamWriter(DataSourceStreamWriter):
         try:
             txn.identity = identity
             check_written(self.options.connection, identity, written)
+            _test_kill_point("after_tasks", batchId)
             txn.add_offsets(prefix, {record_entry(prefix): batchId + 1})
             txn.commit()
+            _test_kill_point("after_eos_commit", batchId)
         finally:
             txn.close()
 
