@@ -12,7 +12,7 @@ Built on PySpark 4's Python Data Source API, split the way Spark's Kafka connect
 * ``stream_write`` ``df.writeStream``: one transaction per micro-batch, exactly once;
 * ``source``       the provider and ``register(spark)``.
 
-See ``docs/spark-datasource.md`` for the options table and the exactly-once argument.
+See ``docs/spark.md`` for the options table and the exactly-once argument.
 """
 
 from spark_jobs.datasource.options import EosOptionError

@@ -8,7 +8,7 @@ starts, with an ``EosOptionError`` naming the option, and never in the middle of
 
 Names follow Spark's Kafka source and sink where they mean the same thing (``subscribe``,
 ``startingOffsets``, ``maxRecordsPerTrigger``, ``failOnDataLoss`` ...); the table in
-``docs/spark-datasource.md`` sets them side by side. Names Kafka has no equivalent for
+``docs/spark.md`` sets them side by side. Names Kafka has no equivalent for
 (``transactionalIdPrefix``, ``mode``) are EOS's own.
 
 The connection options (``bootstrap``, ``token``, ``tlsCaFile``) become a ``Connection``,

@@ -5,6 +5,8 @@ of a batch and Spark's commit log (the replayed batch is recognised and writes n
 
 from __future__ import annotations
 
+import os
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +20,10 @@ from spark_jobs.check import read_all
 from spark_jobs.datasource import register
 from spark_jobs.datasource.stream_read import share
 from spark_jobs.datasource.stream_write import record_entry
+from spark_jobs.examples import stream_copy
 from tests.spark.conftest import make_spark
 from tests.spark.helpers import produce_numbers, uid
+from tests.support.children import Children
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.xdist_group("spark")  # one JVM at a time
@@ -155,3 +159,27 @@ def test_a_record_limit_is_shared_in_proportion_to_what_waits() -> None:
     assert share({a: 90, b: 10, c: 0}, 20) == {a: 18, b: 2, c: 0}
     assert share({a: 5, b: 3}, 100) == {a: 5, b: 3}
     assert sum(share({a: 7, b: 7, c: 7}, 10).values()) == 10
+
+
+@pytest.mark.timeout(600)
+def test_the_example_job_runs_with_spark_submit_as_the_docs_say(
+    cluster: Cluster, tmp_path: Path, children: Children
+) -> None:
+    """``spark_jobs/examples/stream_copy.py`` as docs/spark.md submits it (here to
+    ``local[2]``): the source copied once, the batch recorded."""
+    source = cluster.create_topic(partitions=2, prefix="dse-in")
+    sink = cluster.create_topic(partitions=2, prefix="dse-out")
+    values = produce_numbers(cluster.url, source, 40)
+    name = uid("dse-copy")
+    submit = Path(sys.executable).with_name("spark-submit")
+    log = tmp_path / "submit.log"
+    job = children.start(
+        [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+         "--conf", "spark.driver.host=127.0.0.1", stream_copy.__file__,
+         "--bootstrap", cluster.url, "--source", source, "--sink", sink, "--name", name,
+         "--checkpoint", str(tmp_path / "ck"), "--available-now"],
+        log=log, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert job.wait(timeout=480) == 0, log.read_text()[-3000:]  # a JVM of its own, loaded
+    assert Counter(str(r.value) for r in read_all(cluster.url, sink)) == Counter(values)
+    assert (_recorded(cluster, name) or 0) >= 1
