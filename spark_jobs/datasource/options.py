@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from eos_protocol.addresses import AddressError, parse_url_list
 from sdk import AdminClient
@@ -64,6 +64,23 @@ class Connection:
 
     def admin(self) -> AdminClient:
         return AdminClient(self.bootstrap, token=self.token, ca_file=self.ca_file)
+
+    def check_reachable(self, timeout_s: float = 5.0) -> None:
+        """On the driver, before planning: one coordinator of ``bootstrap`` answers
+        (any HTTP answer: a refusal of credentials is the real calls' to report), else
+        ``EosOptionError`` naming every address and why it did not answer, at once
+        rather than after the SDK's retries (a minute) with no address named."""
+        import httpx
+
+        failures = []
+        verify: Any = self.ca_file if self.ca_file else True
+        for url in [u.strip().rstrip("/") for u in self.bootstrap.split(",") if u.strip()]:
+            try:
+                httpx.get(f"{url}/readyz", timeout=timeout_s, verify=verify)
+                return
+            except httpx.HTTPError as exc:
+                failures.append(f"{url}: {type(exc).__name__}: {exc}")
+        raise EosOptionError("no coordinator of bootstrap answered: " + "; ".join(failures))
 
     def secure(self, client: _Client) -> _Client:
         """A ``spark_jobs._wire`` client given this connection's token and CA bundle (its

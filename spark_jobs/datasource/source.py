@@ -50,16 +50,24 @@ class EosDataSource(DataSource):
         return READ_SCHEMA_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return EosBatchReader(source_options(self.options, streaming=False))
+        options = source_options(self.options, streaming=False)
+        options.connection.check_reachable()
+        return EosBatchReader(options)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return EosStreamReader(source_options(self.options, streaming=True))
+        options = source_options(self.options, streaming=True)
+        options.connection.check_reachable()
+        return EosStreamReader(options)
 
     def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
-        return EosBatchWriter(sink_options(self.options, streaming=False), schema)
+        options = sink_options(self.options, streaming=False)
+        options.connection.check_reachable()
+        return EosBatchWriter(options, schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
-        return EosStreamWriter(sink_options(self.options, streaming=True), schema)
+        options = sink_options(self.options, streaming=True)
+        options.connection.check_reachable()
+        return EosStreamWriter(options, schema)
 
 
 def register(spark: Any) -> None:
