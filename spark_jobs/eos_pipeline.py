@@ -377,7 +377,14 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    defaults = {"spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "8"}
+    defaults = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "8",
+        # A Python data source (``format("eos")``) plans and commits in Python workers
+        # started per call; on a busy machine one may take longer than the 15 s default to
+        # connect back to the JVM, which fails the query.
+        "spark.python.authenticate.socketTimeout": "120s",
+    }
     if master and master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
         # Local executors run on this machine: give them this interpreter (and so the SDK
         # installed beside it), not whatever ``python3`` is first on the PATH. PySpark

@@ -39,7 +39,8 @@ from tests.spark.test_datasource_driver_kills import (
 from tests.support.children import Children
 from tests.support.cluster import Cluster
 
-pytestmark = pytest.mark.xdist_group("spark")  # one JVM at a time
+# The streaming lane: beside the "spark" lane, one JVM at a time each (docs/testing.md)
+pytestmark = pytest.mark.xdist_group("spark-streaming")
 
 #: Event times far past the others: the record that closes every window before it.
 FLUSH_S = 100_000

@@ -26,7 +26,8 @@ from tests.spark.helpers import produce_numbers, uid
 from tests.support.children import Children
 from tests.support.cluster import Cluster
 
-pytestmark = pytest.mark.xdist_group("spark")  # one JVM at a time
+# The streaming lane: beside the "spark" lane, one JVM at a time each (docs/testing.md)
+pytestmark = pytest.mark.xdist_group("spark-streaming")
 
 
 @pytest.fixture(scope="module")
