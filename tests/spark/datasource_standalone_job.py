@@ -23,10 +23,9 @@ which tell it where they are with files in ``EOS_TEST_MARKS``):
   partitions' offsets) and hangs until its executor is SIGKILLed; a later attempt of
   that task waits for the test's ``killed`` mark before it writes.
 
-Why the stall is in the sink and not in the UDF: the sink task groups all its input rows
-per target partition before it writes (``task_write.group_rows``, with
-``sortWithinTask=false`` too), so an upstream stall happens before any of its records is
-written. The sink's own seam after each acknowledged batch,
+Why the stall is in the sink and not in the UDF: rows reach the sink's Python worker in
+Arrow batches, so where an upstream stall falls against the sink's writes depends on
+batch sizes, not on the test. The sink's own seam after each acknowledged batch,
 ``planted_fault.after_written``, is where a write is really half done; this program's
 subclass of the stream writer hooks it for the one attempt, nothing else changes.
 """
