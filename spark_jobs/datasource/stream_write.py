@@ -220,14 +220,21 @@ class EosStreamWriter(DataSourceStreamWriter):
 
     # --- driver --------------------------------------------------------------------------
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+    def _open_batch_prefix(self, batch_id: int) -> str | None:
+        """The prefix, when ``batch_id`` is an exactly-once batch not committed yet; None
+        when there is nothing to commit or abort (at-least-once, or a batch committed
+        before the driver died, which Spark replays only to log it)."""
         if not self.options.exactly_once:
-            return
+            return None
         prefix = self.options.transactional_id_prefix
         assert prefix is not None
         recorded = next_batch(self.options)
-        if recorded is not None and recorded > batchId:
-            return  # committed before the driver died; Spark replays it to log it
+        return None if recorded is not None and recorded > batch_id else prefix
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        prefix = self._open_batch_prefix(batchId)
+        if prefix is None:
+            return
         identity = open_identity(self.options, batchId)
         written = [m for m in messages if isinstance(m, Written)]
         txn = session(self.options, transactional_id(prefix, batchId))
@@ -242,12 +249,8 @@ class EosStreamWriter(DataSourceStreamWriter):
             txn.close()
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        if not self.options.exactly_once:
-            return
-        prefix = self.options.transactional_id_prefix
-        assert prefix is not None
-        recorded = next_batch(self.options)
-        if recorded is not None and recorded > batchId:
+        prefix = self._open_batch_prefix(batchId)
+        if prefix is None:
             return
         txn = session(self.options, transactional_id(prefix, batchId))
         try:
