@@ -1,7 +1,12 @@
 """Fixtures of the Spark tests: the real cluster shared by the session (a coordinator on
 SQLite and three storage nodes verifying transactional batches with it, every topic with
 three replicas: the pipeline runs on replicated partitions, acks=all), and one local
-SparkSession per test module.
+SparkSession per worker, shared by the modules (``format("eos")`` registered in it).
+
+A JVM's start costs seconds of both cores, and a minute on a loaded machine: the modules
+of a lane share one session, and a module that needs other settings Spark reads only when
+its context starts (speculation) asks ``spark_session(**conf)`` for its own, which stops
+the shared one; the next module that asks for the plain one starts it again.
 
 The session's master is ``local[2,4]``: two task slots, and a task may fail three times
 before its job fails, so a planted fault on a first attempt is retried, as on a cluster.
@@ -43,8 +48,38 @@ def make_spark(**extra: str) -> Any:
     return spark
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = make_spark()
-    yield session
-    session.stop()
+#: The worker's running session and the settings it was started with.
+_running: dict[str, Any] = {}
+
+
+def spark_session(**extra: str) -> Any:
+    """The worker's session with ``extra`` settings: the running one when it has them,
+    else a new one (the running one is stopped first: one SparkContext per process)."""
+    from spark_jobs.datasource import register
+
+    settings = tuple(sorted(extra.items()))
+    if _running.get("settings") == settings:
+        return _running["session"]
+    stop_spark_session()
+    session = make_spark(**extra)
+    register(session)
+    _running.update(settings=settings, session=session)
+    return session
+
+
+def stop_spark_session() -> None:
+    if "session" in _running:
+        _running.pop("session").stop()
+        _running.pop("settings")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_spark_at_the_end() -> Iterator[None]:
+    yield
+    stop_spark_session()
+
+
+@pytest.fixture
+def spark() -> Any:
+    """The worker's plain session (``format("eos")`` registered)."""
+    return spark_session()

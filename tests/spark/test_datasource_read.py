@@ -4,29 +4,19 @@ on the driver and narrowed by pushed filters, and bad options refused before any
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from sdk import Producer, TransactionalProducer
-from spark_jobs.datasource import EosOptionError, register
+from spark_jobs.datasource import EosOptionError
 from spark_jobs.datasource.batch_read import plan, push
 from spark_jobs.datasource.options import source_options
 from spark_jobs.datasource.planning import Pushed
-from tests.spark.conftest import make_spark
 from tests.spark.helpers import produce_numbers, uid
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.xdist_group("spark")  # one JVM at a time
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = make_spark()
-    register(session)
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import socket
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,8 @@ import pytest
 
 from sdk import Producer
 from spark_jobs.check import read_all
-from spark_jobs.datasource import register
 from spark_jobs.datasource.options import EosOptionError, sink_options
 from spark_jobs.datasource.stream_write import KILL_AT_ENV, KILL_MARKER_ENV
-from tests.spark.conftest import make_spark
 from tests.spark.datasource_driver import event_time, window_counts
 from tests.spark.helpers import produce_numbers, uid
 from tests.spark.test_datasource_driver_kills import (
@@ -44,14 +41,6 @@ pytestmark = pytest.mark.xdist_group("spark-streaming")
 
 #: Event times far past the others: the record that closes every window before it.
 FLUSH_S = 100_000
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = make_spark()
-    register(session)
-    yield session
-    session.stop()
 
 
 def produce_events(url: str, topic: str, count: int = 90) -> None:

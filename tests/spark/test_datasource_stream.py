@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,25 +16,15 @@ import pytest
 from sdk import Consumer, EosError, TopicPartition, TransactionalProducer
 from spark_jobs._wire import SequencedPartitionWriter, TransactionSession
 from spark_jobs.check import read_all
-from spark_jobs.datasource import register
 from spark_jobs.datasource.stream_read import share
 from spark_jobs.datasource.stream_write import record_entry
 from spark_jobs.examples import stream_copy
-from tests.spark.conftest import make_spark
 from tests.spark.helpers import produce_numbers, uid
 from tests.support.children import Children
 from tests.support.cluster import Cluster
 
 # The streaming lane: beside the "spark" lane, one JVM at a time each (docs/testing.md)
 pytestmark = pytest.mark.xdist_group("spark-streaming")
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = make_spark()
-    register(session)
-    yield session
-    session.stop()
 
 
 def _source(spark: Any, cluster: Cluster, topic: str, **options: str) -> Any:

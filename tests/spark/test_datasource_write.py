@@ -5,26 +5,16 @@ a DataFrame or an option the sink cannot take fails before any task."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from spark_jobs.check import read_all
-from spark_jobs.datasource import EosOptionError, register
+from spark_jobs.datasource import EosOptionError
 from spark_jobs.datasource.options import sink_options
-from tests.spark.conftest import make_spark
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.xdist_group("spark")  # one JVM at a time
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = make_spark()
-    register(session)
-    yield session
-    session.stop()
 
 
 def _rows(spark: Any, count: int, slices: int = 3) -> Any:

@@ -7,7 +7,6 @@ duplicates, so the check can fail."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from spark_jobs.eos_pipeline import (
 )
 from spark_jobs.examples import events
 from spark_jobs.reader import plan_ranges
-from tests.spark.conftest import make_spark
+from tests.spark.conftest import spark_session
 from tests.spark.helpers import (
     FailFirstAttempt,
     KillWorkerFirstAttempt,
@@ -42,10 +41,10 @@ pytestmark = pytest.mark.xdist_group("spark")  # one JVM at a time
 INPUT = 240
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+@pytest.fixture
+def spark() -> Any:
     """Speculation on, as eagerly as Spark allows, for every test of the module."""
-    session = make_spark(
+    return spark_session(
         **{
             "spark.speculation": "true",
             "spark.speculation.interval": "100ms",
@@ -54,8 +53,6 @@ def spark() -> Iterator[Any]:
             "spark.speculation.minTaskRuntime": "200ms",
         }
     )
-    yield session
-    session.stop()
 
 
 def _job(

@@ -13,7 +13,7 @@ import pytest
 from sdk import AclBinding, AdminClient, Producer
 from spark_jobs.check import check_topics, offsets_at_end
 from spark_jobs.eos_pipeline import PipelineConfig, run_pipeline
-from tests.spark.conftest import make_spark
+from tests.spark.conftest import make_spark, stop_spark_session
 from tests.spark.helpers import tag_to, uid, untag
 from tests.support.cluster import Cluster as SecureCluster
 from tests.support.cluster import ClusterFactory
@@ -61,6 +61,7 @@ def test_the_pipeline_runs_exactly_once_over_tls_with_least_privilege(
 
     monkeypatch.setenv("EOS_TOKEN", secure.tokens["etl"])
     monkeypatch.setenv("EOS_CA_FILE", secure.ca_file)
+    stop_spark_session()  # the executors' credentials are read when a context starts
     spark: Any = make_spark()
     try:
         conf = spark.sparkContext.getConf()
