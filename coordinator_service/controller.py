@@ -3,10 +3,14 @@
 Any instance may be the controller; the one holding the controller lease (the ``leases``
 row at ``CONTROLLER_LEASE``, taken and renewed like a transaction-log lease, its
 ``coordinator_epoch`` the controller epoch) is. Every ``controller_interval_ms`` it reads
-the nodes' heartbeats and every partition's state, asks ``election.decide`` what to change
-and writes each change with a compare-and-set on the partition epoch, fenced by its lease:
-a controller that lost its lease, or raced another one or a leader's AlterPartition, writes
-nothing and reads again at the next round.
+the nodes' heartbeats; when the set of live nodes changed (or at least once a session
+timeout, and when leaders are due to move back) it reads every partition's state too,
+asks ``election.decide`` what to change and writes each change with a compare-and-set on
+the partition epoch, fenced by its lease: a controller that lost its lease, or raced
+another one or a leader's AlterPartition, writes nothing and reads again at the next
+round. Reading every partition five times a second cost an idle cluster a steady share of
+a core, and a cluster of ten thousand partitions far more; a node's death is still seen
+within one interval of its session timeout.
 
 Nodes never heard from count as alive during the first session timeout after this
 instance became controller, so a fresh cluster (or a coordinator upgraded before its
@@ -47,6 +51,9 @@ from coordinator_service.partition_state import (
     read_states,
 )
 from eos_protocol.replication import NO_LEADER
+
+#: Which nodes a round judged alive, and whether nodes never heard from counted as alive.
+AliveSet = tuple[frozenset[int], bool]
 
 log = logging.getLogger("eos.coordinator.controller")
 
@@ -113,6 +120,7 @@ class Controller:
         self.since_ms = 0  # when this instance became controller
         self._renewed_ms = 0
         self._reported: set[PartitionKey] = set()
+        self._full_round: tuple[int, AliveSet] | None = None  # when, and what it saw alive
 
     # --- the lease -----------------------------------------------------------------------
 
@@ -185,9 +193,17 @@ class Controller:
     async def run_once(self) -> int:
         """One round if this instance is the controller; returns the changes written."""
         if not await self.hold_lease():
+            self._full_round = None
             return 0
-        snapshot = await self._db.run(read_snapshot)
+        heartbeats = await self._db.run(read_heartbeats)
         now = self._clock.now_ms()
+        liveness = self.liveness(heartbeats, now)
+        alive = (frozenset(n for n in heartbeats if liveness.alive(n)), liveness.unknown_alive)
+        rebalance = self._rebalance_due(now)
+        if not rebalance and not self._full_round_due(now, alive):
+            return 0
+        self._full_round = (now, alive)
+        snapshot = await self._db.run(read_snapshot)
         for key, reason in snapshot.bad.items():
             self._set_aside(key, f"unreadable row: {reason}")
         liveness = self.liveness(snapshot.heartbeats, now)
@@ -195,23 +211,35 @@ class Controller:
         fence = ControllerFence(self.instance_id, self.epoch, now)
         written = 0
         states: list[StoredPartition] = []
-        rebalance = self._rebalance_due(now)
         for state in snapshot.states:
             try:
                 change = decide(state, liveness.alive)
                 if change is None and rebalance:
                     change = prefer(state, liveness.alive)
-                if change is not None and await self.apply(state, change, fence):
-                    state = state.changed(change.leader, change.isr)
-                    written += 1
+                if change is not None:
+                    if await self.apply(state, change, fence):
+                        state = state.changed(change.leader, change.isr)
+                        written += 1
+                    else:  # the row moved first: read everything again next round
+                        self._full_round = None
                 self._reported.discard(state.key)
             except Exception as exc:  # one partition must not stop the others
+                self._full_round = None
                 self._set_aside(state.key, f"{type(exc).__name__}: {exc}")
             states.append(state)
         self._gauges(states, liveness)
         if written and self._on_change is not None:
             self._on_change()
         return written
+
+    def _full_round_due(self, now: int, alive: AliveSet) -> bool:
+        """Whether this round reads every partition: the first as controller, when a node
+        died or came back, and once a session timeout (a partition changed by someone
+        else, a leader's AlterPartition or a new topic, is looked at within that)."""
+        if self._full_round is None:
+            return True
+        at, seen = self._full_round
+        return seen != alive or now - at >= self.session_timeout_ms
 
     def _rebalance_due(self, now: int) -> bool:
         """Whether this round also moves leaders back to their preferred replicas: every

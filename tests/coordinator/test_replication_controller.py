@@ -348,3 +348,38 @@ def test_a_not_leader_answer_sends_the_marker_to_the_current_leader(
     assert state_of(coordinator.url, "t-moved") == "CompleteCommit"
     answers = [n for n, _ in fake_nodes.markers_for(pid)]
     assert answers[0] == old and answers[-1] == new
+
+
+def test_rounds_read_every_partition_only_when_the_live_nodes_change_or_a_session_passed(
+    coordinator: InProcessCoordinator, client: httpx.Client, clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An idle cluster's controller reads the heartbeats each round and the partition
+    states only when a node died or came back, or once a session timeout."""
+    import coordinator_service.controller as controller_module
+
+    create(client, "idle", 4, 3)
+    full_reads: list[int] = []
+    real = controller_module.read_snapshot
+
+    def counted(conn: Any) -> Any:
+        full_reads.append(clock.now_ms())
+        return real(conn)
+
+    monkeypatch.setattr(controller_module, "read_snapshot", counted)
+    beat(client, 1, 2, 3)
+    run_round(coordinator)
+    first = len(full_reads)
+    assert first == 1
+    for _ in range(5):
+        clock.advance(SESSION_MS // 10)
+        beat(client, 1, 2, 3)
+        assert run_round(coordinator) == 0
+    assert len(full_reads) == first  # nothing changed: heartbeats only
+    clock.advance(SESSION_MS // 2)
+    beat(client, 1, 2, 3)
+    run_round(coordinator)
+    assert len(full_reads) == first + 1  # a session timeout passed since the last one
+    silence(clock, client, 2, 3)
+    assert run_round(coordinator) == 4  # node 1 died: read at once, every partition moved
+    assert len(full_reads) == first + 2
