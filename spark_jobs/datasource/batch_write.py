@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from sdk import Consumer, TopicPartition
 from spark_jobs._wire import ProducerIdentity, TransactionSession
@@ -47,6 +47,7 @@ from spark_jobs.datasource.task_write import (
     Written,
     check_written,
     idempotent_identity,
+    rows_of,
     task_slot,
     write_task,
 )
@@ -108,8 +109,9 @@ def written_before(options: SinkOptions, transactional_id: str) -> bool:
     return found.get(entry) is not None
 
 
-class EosBatchWriter(DataSourceWriter):
-    """One DataFrame, one transaction (see the module docstring)."""
+class EosBatchWriter(DataSourceArrowWriter):
+    """One DataFrame, one transaction (see the module docstring); its tasks get their
+    rows as Arrow record batches."""
 
     def __init__(self, options: SinkOptions, schema: Any) -> None:
         self.options = options
@@ -130,9 +132,10 @@ class EosBatchWriter(DataSourceWriter):
             return Written(None, None, slot, skipped=True)
         if self.identity is None:  # at-least-once: a producer id of the task's own
             identity = idempotent_identity(self.options.connection)
-            return write_task(iterator, self.spec, identity, slot=None, add_partitions=None)
+            return write_task(rows_of(iterator), self.spec, identity, slot=None,
+                              add_partitions=None)  # fmt: skip
         return write_task(
-            iterator, self.spec, self.identity, slot=slot,
+            rows_of(iterator), self.spec, self.identity, slot=slot,
             add_partitions=adder(self.options, self.transactional_id, self.identity),
         )
 

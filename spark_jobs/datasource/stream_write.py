@@ -52,7 +52,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from eos_protocol.states import TransactionState
 from sdk import Consumer, TopicPartition
@@ -63,6 +63,7 @@ from spark_jobs.datasource.task_write import (
     Written,
     check_written,
     idempotent_identity,
+    rows_of,
     task_slot,
     write_task,
 )
@@ -174,8 +175,9 @@ def batch_of_task() -> int:
     return int(value)
 
 
-class EosStreamWriter(DataSourceStreamWriter):
-    """The exactly-once (or at-least-once) micro-batch sink (see the module docstring)."""
+class EosStreamWriter(DataSourceStreamArrowWriter):
+    """The exactly-once (or at-least-once) micro-batch sink (see the module docstring);
+    its tasks get their rows as Arrow record batches."""
 
     def __init__(self, options: SinkOptions, schema: Any) -> None:
         self.options = options
@@ -194,7 +196,8 @@ class EosStreamWriter(DataSourceStreamWriter):
         slot = task_slot()
         if not self.options.exactly_once:
             identity = idempotent_identity(self.options.connection)
-            return write_task(iterator, self.spec, identity, slot=None, add_partitions=None)
+            return write_task(rows_of(iterator), self.spec, identity, slot=None,
+                              add_partitions=None)  # fmt: skip
         batch = batch_of_task()
         recorded = next_batch(self.options)
         prefix = self.options.transactional_id_prefix
@@ -214,7 +217,7 @@ class EosStreamWriter(DataSourceStreamWriter):
             )
         identity = open_identity(self.options, batch)
         return write_task(
-            iterator, self.spec, identity, slot=slot,
+            rows_of(iterator), self.spec, identity, slot=slot,
             add_partitions=adder(self.options, transactional_id(prefix, batch), identity),
         )
 

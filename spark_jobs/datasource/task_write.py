@@ -20,6 +20,10 @@ each (partition, slot) must hold, which it checks before committing.
 
 In at-least-once mode a task takes an idempotent producer id of its own and writes without
 a transaction: a resent batch is a duplicate, a retried task writes its output again.
+
+The writers are Arrow writers (``DataSourceArrowWriter``): Spark hands a task its rows as
+Arrow record batches, which ``rows_of`` turns into plain dicts column by column, far
+cheaper than one pickled ``Row`` per record.
 """
 
 from __future__ import annotations
@@ -78,6 +82,12 @@ class Written(WriterCommitMessage):
     @property
     def total(self) -> int:
         return sum(self.records.values())
+
+
+def rows_of(record_batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """An Arrow writer's input, a record batch at a time, as one dict per row."""
+    for record_batch in record_batches:
+        yield from record_batch.to_pylist()
 
 
 def batches(

@@ -6,6 +6,8 @@ recorded once and a replay of it writes nothing."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -28,6 +30,13 @@ def _schema() -> object:
 
 def _rows(start: int, count: int) -> list[dict[str, str]]:
     return [{"key": f"k{i % 3}", "value": f"v{i}"} for i in range(start, start + count)]
+
+
+def _arrow(rows: list[dict[str, str]]) -> Iterator[Any]:
+    """Rows as an Arrow writer's tasks get them: record batches (of four rows here)."""
+    import pyarrow as pa
+
+    return iter([pa.RecordBatch.from_pylist(rows[i : i + 4]) for i in range(0, len(rows), 4)])
 
 
 def test_attempts_of_a_task_are_duplicates_and_tasks_share_a_partition(
@@ -139,9 +148,9 @@ def test_at_least_once_tasks_write_at_once_and_again_when_retried(cluster: Clust
     )
     writer = EosBatchWriter(options, _schema())
     assert writer.identity is None
-    writer.write(iter(_rows(0, 10)))
+    writer.write(_arrow(_rows(0, 10)))
     assert len(read_all(cluster.url, topic)) == 10  # visible before any commit
-    writer.write(iter(_rows(0, 10)))  # a retried attempt: a second copy
+    writer.write(_arrow(_rows(0, 10)))  # a retried attempt: a second copy
     writer.commit([])
     assert Counter(str(r.value) for r in read_all(cluster.url, topic)) == Counter(
         f"v{i}" for i in range(10) for _ in range(2)
