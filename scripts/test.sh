@@ -99,7 +99,7 @@ if [ "$marker" = unit ]; then
 fi
 run_pytest() {
   set +e
-  .venv/bin/python -m pytest --durations=20 "$@"
+  .venv/bin/python -m pytest --durations=40 "$@"
   local rc=$?
   set -e
   return "$rc"

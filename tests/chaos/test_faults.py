@@ -13,19 +13,20 @@ from tests.chaos.cluster import available
 from tests.chaos.faults import FAULTS, Fault
 from tests.chaos.harness import Row, current_mode, run_case, save_row
 from tests.chaos.replica_faults import REPLICA_FAULTS
+from tests.support.xdist_groups import CHAOS_LANES
 
 MODE = current_mode()
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(MODE.test_timeout_s)]
 
 
-# One lane of fault cases (``tests.support.xdist_groups``): beside the Spark lane and the
-# retention soak, a second one squeezed the paced workloads past their failover deadlines
-# on two cores (leases of 2 s renewed late, copiers finishing before their fault); with
-# the soak shortened, two lanes made the whole run no shorter (the machine is CPU-bound).
+# Two lanes of fault cases (``tests.support.xdist_groups``), every other case in each. The
+# cases are paced (the copiers write at a set rate while the fault strikes), so a lane is
+# mostly waiting: in one lane, twenty cases took 12 minutes and ended the parallel phase
+# minutes after everything else; handed out first, two lanes end with the rest.
 CASES = [
-    pytest.param(fault, id=fault.__name__, marks=pytest.mark.xdist_group("chaos"))
-    for fault in [*FAULTS, *REPLICA_FAULTS]
+    pytest.param(fault, id=fault.__name__, marks=pytest.mark.xdist_group(CHAOS_LANES[i % 2]))
+    for i, fault in enumerate([*FAULTS, *REPLICA_FAULTS])
 ]
 
 

@@ -24,6 +24,11 @@ started late ends the run late (the streaming Spark lane, nine tests, was handed
 the modules of more tests and finished half an hour after the rest). Started at once, the
 lanes run beside the single tests, which fill the gaps around them.
 
+At the end of a parallel run the controller prints how long each lane took in all (its
+tests' setup, call and teardown) and how busy each worker was: a lane is a serial chain,
+so the phase can be no shorter than its longest lane, and a worker far less busy than the
+others shows time lost to the order in which work was handed out.
+
 Registered as a plugin by ``tests/conftest.py``, which the controller loads (a package's
 own conftest is not: the controller collects nothing).
 """
@@ -33,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +47,14 @@ from xdist.scheduler import LoadScopeScheduling
 
 ENV = "EOS_TEST_GROUPS"
 _FILE = pytest.StashKey[Path]()  # the controller's groups file
-#: The lanes that take longest, longest first (measured alone: about 4, 3, 2 and 1 min):
-#: handed out before everything else.
-FIRST_LANES = ("spark-streaming", "spark", "chaos", "retention-soak")
+_TIMES = pytest.StashKey["LaneTimes"]()
+#: Lanes listed at the end of a run.
+LANES_SHOWN = 8
+#: The chaos fault cases' two lanes (``tests/chaos/test_faults.py``).
+CHAOS_LANES = ("chaos", "chaos-2")
+#: The lanes that take longest, longest first (beside the rest of the suite: about 7, 7, 7,
+#: 6 and 1 minutes): handed out before everything else.
+FIRST_LANES = (*CHAOS_LANES, "spark-streaming", "spark", "retention-soak")
 
 
 def group_of(item: pytest.Item) -> str | None:
@@ -82,6 +93,33 @@ class GroupScheduling(LoadScopeScheduling):
         super()._assign_work_unit(node)
 
 
+class LaneTimes:
+    """The seconds each test id and each worker spent, gathered from the workers'
+    reports in the controller."""
+
+    def __init__(self) -> None:
+        self.tests: defaultdict[str, float] = defaultdict(float)
+        self.workers: defaultdict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.tests[report.nodeid] += report.duration
+        node = getattr(report, "node", None)
+        worker = getattr(getattr(node, "gateway", None), "id", None)
+        if worker is not None:
+            self.workers[str(worker)] += report.duration
+
+    def lines(self, groups: dict[str, str]) -> list[str]:
+        lanes: defaultdict[str, float] = defaultdict(float)
+        for nodeid, seconds in self.tests.items():
+            group = groups.get(nodeid)
+            if group is not None:
+                lanes[group] += seconds
+        longest = sorted(lanes.items(), key=lambda item: -item[1])[:LANES_SHOWN]
+        out = [f"{seconds:7.0f} s  {lane}" for lane, seconds in longest]
+        busy = ", ".join(f"{w} {s:.0f} s" for w, s in sorted(self.workers.items()))
+        return [*out, f"busy: {busy}"]
+
+
 def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
@@ -100,6 +138,18 @@ def pytest_configure(config: pytest.Config) -> None:
     os.unlink(name)  # written by the workers; absent: no group at all
     os.environ[ENV] = name  # the workers are started after this, with this environment
     config.stash[_FILE] = Path(name)
+    times = config.stash[_TIMES] = LaneTimes()
+    config.pluginmanager.register(times, "eos-lane-times")
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    times = config.stash.get(_TIMES, None)
+    path = config.stash.get(_FILE, None)
+    if times is None or path is None or not path.exists():
+        return
+    terminalreporter.write_sep("=", "longest lanes (setup + call + teardown, in all)")
+    for line in times.lines(json.loads(path.read_text())):
+        terminalreporter.write_line(line)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
