@@ -136,7 +136,9 @@ def stream_latency(
     try:
         while time.monotonic() < ends or (not latencies and time.monotonic() < ends + 60):
             for record in consumer.poll(timeout=0.2):
-                value = str(record.value)
+                # the copy keeps the source's binary values: the sink holds bytes
+                raw = record.value
+                value = raw.decode() if isinstance(raw, bytes) else str(raw)
                 if value.startswith("t="):
                     latencies.append(time.time() - float(value[2:]))
     finally:
