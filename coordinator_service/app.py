@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import httpx
@@ -63,6 +63,14 @@ from eos_server.envelope import error_response, install_error_handlers
 from eos_server.middleware import NATIVE_TELEMETRY_OFF, RequestShape
 
 log = logging.getLogger("eos.coordinator")
+
+
+async def _stop_step(what: str, step: Callable[[], Awaitable[object]]) -> None:
+    """One step of a clean stop; a failure is logged and the stop goes on."""
+    try:
+        await step()
+    except (Exception, asyncio.CancelledError):
+        log.exception("stopping: %s failed; going on with the rest", what)
 
 
 async def _database_unavailable(request: Request, exc: Exception) -> JSONResponse:
@@ -247,17 +255,16 @@ def create_app(
                     # a loop that died of an error has been logged; stop the rest anyway
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
-                await markers.stop()
-                await writer.stop()
-                with contextlib.suppress(Exception):
-                    await leases.release_all()
-                with contextlib.suppress(Exception):
-                    await controller.release()
-                await pusher.stop()
-                with contextlib.suppress(Exception):
-                    await instances.stop()
-                await link.close()
-                await http.aclose()
+                # Each step on its own: one that fails (a marker task that died of an
+                # error re-raises it when awaited) must not keep the leases from being
+                # released, or the next owner waits out the lease time.
+                for what, step in (
+                    ("markers", markers.stop), ("state writer", writer.stop),
+                    ("leases", leases.release_all), ("controller lease", controller.release),
+                    ("state pusher", pusher.stop), ("instance record", instances.stop),
+                    ("node link", link.close), ("http client", http.aclose),
+                ):  # fmt: skip
+                    await _stop_step(what, step)
             finally:
                 db.dispose()  # whatever failed above: no connection outlives the app
 

@@ -440,8 +440,8 @@ class LeaseManager:
             self.owned.clear()
             self._valid_until.clear()
 
-            def release(conn: Connection) -> None:
-                conn.execute(
+            def release(conn: Connection) -> int:
+                return conn.execute(
                     leases.update()
                     .where(
                         leases.c.owner == self.instance_id,
@@ -449,6 +449,7 @@ class LeaseManager:
                         leases.c.log_partition < self._partitions,
                     )
                     .values(expires_at_ms=0)
-                )
+                ).rowcount
 
-            await self._db.run(release)
+            released = await self._db.run(release)
+            log.info("released %d transaction log partitions", released)
