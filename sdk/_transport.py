@@ -337,14 +337,10 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
     call): a client a call paid that for every time. A bundle changed on disk (a rotated
     CA) is loaded again."""
     if not ca_file:
-        ca_file = os.environ.get("SSL_CERT_FILE") or None
-        ca_dir = os.environ.get("SSL_CERT_DIR") or None
-        if ca_file is None and ca_dir is None:
-            import certifi
-
-            ca_file = certifi.where()
-        return _tls_context(ca_file, ca_dir, _mtime(ca_file), _mtime(ca_dir))
-    return _tls_context(ca_file, None, _mtime(ca_file), None)
+        env_file = os.environ.get("SSL_CERT_FILE") or None
+        env_dir = os.environ.get("SSL_CERT_DIR") or None
+        return _default_tls_context(env_file, env_dir, _mtime(env_file), _mtime(env_dir))
+    return _tls_context(ca_file, _mtime(ca_file))
 
 
 def _mtime(path: str | None) -> float | None:
@@ -355,10 +351,17 @@ def _mtime(path: str | None) -> float | None:
 
 
 @functools.lru_cache(maxsize=16)
-def _tls_context(
-    ca_file: str | None, ca_dir: str | None, _file_mtime: float | None, _dir_mtime: float | None
+def _tls_context(ca_file: str, _mtime: float | None) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=ca_file)
+
+
+@functools.lru_cache(maxsize=4)
+def _default_tls_context(
+    _env_file: str | None, _env_dir: str | None, _file_mtime: float | None,
+    _dir_mtime: float | None,
 ) -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=ca_file, capath=ca_dir)
+    """httpx's own default (it reads ``SSL_CERT_*`` itself), once per environment."""
+    return httpx.create_ssl_context()
 
 
 _BODY_SENT = "http11.send_request_body.complete"
