@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -66,21 +65,6 @@ def ensure_controller_row(conn: Connection) -> None:
     ).first()
     if found is None:
         conn.execute(leases.insert().values(log_partition=CONTROLLER_LEASE))
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What one round reads: heartbeats and partition states (and the rows that do not
-    read)."""
-
-    heartbeats: dict[int, int]
-    states: list[StoredPartition]
-    bad: dict[PartitionKey, str]
-
-
-def read_snapshot(conn: Connection) -> Snapshot:
-    states, bad = read_states(conn)
-    return Snapshot(read_heartbeats(conn), states, bad)
 
 
 class Controller:
@@ -203,15 +187,14 @@ class Controller:
         if not rebalance and not self._full_round_due(now, alive):
             return 0
         self._full_round = (now, alive)
-        snapshot = await self._db.run(read_snapshot)
-        for key, reason in snapshot.bad.items():
+        stored, bad = await self._db.run(read_states)
+        for key, reason in bad.items():
             self._set_aside(key, f"unreadable row: {reason}")
-        liveness = self.liveness(snapshot.heartbeats, now)
         assert self.epoch is not None
         fence = ControllerFence(self.instance_id, self.epoch, now)
         written = 0
         states: list[StoredPartition] = []
-        for state in snapshot.states:
+        for state in stored:
             try:
                 change = decide(state, liveness.alive)
                 if change is None and rebalance:

@@ -360,13 +360,13 @@ def test_rounds_read_every_partition_only_when_the_live_nodes_change_or_a_sessio
 
     create(client, "idle", 4, 3)
     full_reads: list[int] = []
-    real = controller_module.read_snapshot
+    real = controller_module.read_states
 
     def counted(conn: Any) -> Any:
         full_reads.append(clock.now_ms())
         return real(conn)
 
-    monkeypatch.setattr(controller_module, "read_snapshot", counted)
+    monkeypatch.setattr(controller_module, "read_states", counted)
     beat(client, 1, 2, 3)
     run_round(coordinator)
     first = len(full_reads)
