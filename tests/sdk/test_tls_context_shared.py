@@ -1,4 +1,4 @@
-"""The SDK's clients share one TLS context per CA bundle (``sdk._transport.tls_context``):
+"""The SDK's clients share one TLS context per CA bundle (``sdk._tls.tls_context``):
 loading a bundle costs tens of milliseconds of CPU, which short-lived clients (a Spark
 task, a micro-batch's commit, a CLI call) used to pay every time."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from sdk._transport import tls_context
+from sdk._tls import tls_context
 
 pytestmark = pytest.mark.unit
 
