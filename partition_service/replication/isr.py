@@ -14,7 +14,10 @@ test can drive them step by step:
   may poll seldom (``replica_fetch_wait_max_ms``) without ever counting as lagging;
 * an ISR member that has not been caught up for ``lag_time_ms`` is proposed for removal;
   a follower outside the ISR whose log end reached the high watermark, and the start of the
-  leader's epoch, is proposed for addition (the controller decides; ``docs/design.md`` 7);
+  leader's epoch, is proposed for addition once it is caught up by the same rule (the
+  controller decides; ``docs/design.md`` 7) — on an idle partition a follower removed for
+  lag still holds everything up to the high watermark, and without the second condition it
+  would be proposed back at once, the ISR flapping for as long as it stays cut off;
 * the high watermark is the smallest log end in the ISR, the leader's own counted only as
   far as its fsync has reached, and it never moves back while this replica leads.
 """
@@ -93,31 +96,36 @@ class LeaderReplicas:
         return len(self.isr) >= self.min_insync_replicas
 
     # -- ISR proposals -------------------------------------------------------------------
-    def lagging(self, now_ms: int) -> list[int]:
-        """ISR followers not caught up within the lag time (one waiting at the log end
-        is caught up now)."""
-        return [
-            r
-            for r in self.isr
-            if r in self.followers
-            and self.followers[r].waiting_fetches == 0
-            and now_ms - self.followers[r].last_caught_up_ms > self.lag_time_ms
-        ]
+    def caught_up(self, replica: int, now_ms: int) -> bool:
+        """Whether ``replica`` waits at the log end now or was caught up within the lag
+        time."""
+        progress = self.followers[replica]
+        return (
+            progress.waiting_fetches > 0
+            or now_ms - progress.last_caught_up_ms <= self.lag_time_ms
+        )
 
-    def ready_to_join(self) -> list[int]:
-        """Followers outside the ISR that have everything up to the high watermark and the
-        start of this leader's epoch (so they hold no suffix of an older leader)."""
+    def lagging(self, now_ms: int) -> list[int]:
+        """ISR followers not caught up within the lag time."""
+        return [r for r in self.isr if r in self.followers and not self.caught_up(r, now_ms)]
+
+    def ready_to_join(self, now_ms: int) -> list[int]:
+        """Followers outside the ISR that are caught up and have everything up to the high
+        watermark and the start of this leader's epoch (so they hold no suffix of an older
+        leader)."""
         floor = max(self.high_watermark, self.epoch_start_offset)
         return [
             r
             for r, progress in self.followers.items()
-            if r not in self.isr and progress.log_end_offset >= floor
+            if r not in self.isr
+            and progress.log_end_offset >= floor
+            and self.caught_up(r, now_ms)
         ]
 
     def proposed_isr(self, now_ms: int) -> list[int] | None:
         """The ISR the controller should be asked for now, or None if it is right."""
         lagging = set(self.lagging(now_ms))
-        joining = self.ready_to_join()
+        joining = self.ready_to_join(now_ms)
         if not lagging and not joining:
             return None
         proposal = [r for r in self.isr if r not in lagging] + joining

@@ -56,3 +56,21 @@ def test_an_unknown_replica_changes_nothing() -> None:
     leader = _leader()
     leader.on_wait(9, True, now_ms=100)
     assert 9 not in leader.followers
+
+
+def test_followers_cut_off_one_after_the_other_both_leave_and_stay_out() -> None:
+    """On an idle partition a follower removed for lag still holds everything up to the
+    high watermark; it must not be proposed back until it fetches again, or two followers
+    that lag out one round apart swap places in the ISR for as long as they are cut off."""
+    leader = _leader()
+    leader.on_fetch(2, 0, 0, now_ms=0)
+    leader.on_fetch(3, 0, 0, now_ms=300)  # both hold everything; then neither asks again
+    now = LAG_MS + 100
+    assert leader.proposed_isr(now) == [1, 3]  # node 2 lagged out first
+    leader.accept_state([1, 3], partition_epoch=1, min_insync_replicas=2)
+    now = LAG_MS + 400
+    assert leader.proposed_isr(now) == [1]  # node 3 too, and node 2 is not back
+    leader.accept_state([1], partition_epoch=2, min_insync_replicas=2)
+    assert leader.proposed_isr(now + 10 * LAG_MS) is None
+    leader.on_fetch(2, 0, 0, now_ms=now + 10 * LAG_MS)  # node 2 asks again, caught up
+    assert leader.proposed_isr(now + 10 * LAG_MS) == [1, 2]
