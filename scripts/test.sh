@@ -27,6 +27,10 @@ export EOS_TEST_FAILURES
 EOS_TEST_FAILURES=$(mktemp -t eos-test-failures.XXXXXX)
 summary() {
   local rc=$?
+  if [ -n "${archive_pid:-}" ]; then  # never left running behind the suite
+    kill "$archive_pid" 2>/dev/null || true
+    wait "$archive_pid" 2>/dev/null || true
+  fi
   phases+=("$(printf '%-28s %4ds' "$current_phase" $((SECONDS - phase_start)))")
   echo
   echo "== phase times"
@@ -71,6 +75,16 @@ if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q
   if command -v pg_ctlcluster >/dev/null 2>&1; then
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
   fi
+fi
+
+# The Spark drivers' class archive (tests/support/jvm_archive.py): one JVM makes it beside
+# ruff, mypy and the first tests; the drivers started after it is there map it.
+archive_pid=""
+if [ ! -f .venv/spark-classes.jsa ] && command -v java >/dev/null 2>&1; then
+  .venv/bin/python -m tests.support.jvm_archive .venv/spark-classes.jsa \
+    > .venv/spark-classes.log 2>&1 &
+  archive_pid=$!
+  export EOS_TEST_JVM_ARCHIVE=pending
 fi
 
 phase "ruff"

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import tls_context
+from tests.support import jvm_archive, tls_context
 from tests.support.children import Children
 from tests.support.cluster import ClusterFactory
+from tests.support.jvm_archive import TEST_JVM_OPTIONS
 from tests.support.nodes import NodeProcess
 from tests.support.unit_guard import UnitGuard
 
@@ -36,18 +37,11 @@ pytest_plugins = [
 ]
 
 
-#: For every JVM the tests start (Spark drivers, spark-submit, standalone masters and
-#: workers): the client compiler only and one GC thread. A test's JVM lives for seconds on
-#: small data, where the optimising compiler's threads are most of its CPU: measured on the
-#: driver-kill test (four drivers), 113 CPU-seconds of the machine before, 84 after.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(UnitGuard(), "unit-guard")
     tls_context.install()
     # set before the xdist workers start, so that they and their children inherit it
-    os.environ.setdefault("JAVA_TOOL_OPTIONS", TEST_JVM_OPTIONS)
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", jvm_archive.jvm_options(TEST_JVM_OPTIONS))
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Fixtures of the Spark tests: the real cluster shared by the session (a coordinator on
 SQLite and three storage nodes verifying transactional batches with it, every topic with
-three replicas: the pipeline runs on replicated partitions, acks=all), and one local
+three replicas: the pipeline runs on replicated partitions, acks=all; a new one for the
+next module once it holds many partitions, ``RECYCLE_ABOVE_PARTITIONS``), and one local
 SparkSession per worker, shared by the modules (``format("eos")`` registered in it).
 
 A JVM's start costs seconds of both cores, and a minute on a loaded machine: the modules
@@ -35,9 +36,14 @@ SPARK_CONF = {
 }
 
 
-@pytest.fixture(scope="session")
+#: A module starting on a cluster with more partitions than this gets a new cluster
+#: (``ClusterFactory.shared``): the Spark modules make topics of their own by the dozen.
+RECYCLE_ABOVE_PARTITIONS = 40
+
+
+@pytest.fixture(scope="module")
 def cluster(session_cluster_factory: ClusterFactory) -> Cluster:
-    return session_cluster_factory.shared(SPARK_CLUSTER)
+    return session_cluster_factory.shared(SPARK_CLUSTER, recycle_above=RECYCLE_ABOVE_PARTITIONS)
 
 
 def make_spark(**extra: str) -> Any:

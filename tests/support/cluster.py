@@ -198,6 +198,13 @@ class Cluster(LocalCluster):
         self.extra_tokens.append(token)
         return token
 
+    def partition_count(self) -> int:
+        """The partitions of every topic, the internal ones included."""
+        with self.client("admin" if self.spec.auth else None) as client:
+            answer = client.get("/v1/metadata")
+            answer.raise_for_status()
+        return sum(len(topic["partitions"]) for topic in answer.json()["topics"])
+
     def create_topic(self, partitions: int = 2, prefix: str = "t") -> str:
         """A topic with a fresh name, so tests sharing a cluster never meet."""
         name = f"{prefix}-{uuid.uuid4().hex[:10]}"
@@ -238,10 +245,24 @@ class ClusterFactory:
         self._made.append(cluster)
         return cluster.start() if start else cluster
 
-    def shared(self, spec: ClusterSpec | None = None, **fields: Any) -> Cluster:
+    def shared(
+        self, spec: ClusterSpec | None = None, *, recycle_above: int | None = None, **fields: Any
+    ) -> Cluster:
         """The started cluster of this spec, made on first use: the SDK, Spark and OpenAPI
-        tests all run against one cluster per session (per worker)."""
+        tests all run against one cluster per session (per worker).
+
+        With ``recycle_above``, one that holds more partitions than that is stopped and a
+        new one made. Every replica of every partition polls its leader and is in every
+        heartbeat answer, idle or not: a three-node cluster with 200 replicated partitions
+        burns about 60% of a core doing nothing, and tests that give each case topics of
+        its own pile them up. Ask only where nothing still holds the old cluster (a module
+        starting, in a lane whose modules run one after the other)."""
         spec = replace(spec or ClusterSpec(), **fields)
+        held = self._shared.get(spec)
+        if held is not None and recycle_above is not None:
+            if held.partition_count() > recycle_above:
+                held.stop()
+                del self._shared[spec]
         if spec not in self._shared:
             self._shared[spec] = self(spec)
         return self._shared[spec]
