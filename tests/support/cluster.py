@@ -259,10 +259,13 @@ class ClusterFactory:
         starting, in a lane whose modules run one after the other)."""
         spec = replace(spec or ClusterSpec(), **fields)
         held = self._shared.get(spec)
-        if held is not None and recycle_above is not None:
-            if held.partition_count() > recycle_above:
-                held.stop()
-                del self._shared[spec]
+        if (
+            held is not None
+            and recycle_above is not None
+            and held.partition_count() > recycle_above
+        ):
+            held.stop()
+            del self._shared[spec]
         if spec not in self._shared:
             self._shared[spec] = self(spec)
         return self._shared[spec]
