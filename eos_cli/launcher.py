@@ -47,21 +47,39 @@ from eos_server.parent_watch import PARENT_PID_ENV
 ADMIN = "User:admin"
 
 
+#: ``LO-HI``: where ``free_port`` picks. Processes that start services side by side (the
+#: test suite's workers) give each its own slice: a port is free when it is picked, not
+#: when the service binds it, and a killed service comes back on its own port, which
+#: meanwhile looked free to everybody else.
+PORT_RANGE_ENV = "EOS_PORT_RANGE"
+DEFAULT_PORT_RANGE = (12_000, 32_000)
+
+
+def port_range() -> tuple[int, int]:
+    """The range of ``EOS_PORT_RANGE`` when it is a valid one, else 12000-32000."""
+    try:
+        low, high = (int(part) for part in os.environ.get(PORT_RANGE_ENV, "").split("-"))
+    except ValueError:
+        return DEFAULT_PORT_RANGE
+    return (low, high) if 1024 <= low < high <= 65_536 else DEFAULT_PORT_RANGE
+
+
 def free_port() -> int:
     """A free loopback port below 32000, outside the kernel's ephemeral range (32768 and
     up): a port from that range may be taken as the source port of some outgoing
     connection while the service that owned it is down, and a killed service must come
-    back on its own port."""
+    back on its own port. Picked in ``port_range()``."""
     rng = random.SystemRandom()
+    low, high = port_range()
     for _ in range(200):
-        port = rng.randrange(12_000, 32_000)
+        port = rng.randrange(low, high)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise RuntimeError("no free port below 32000")
+    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 def describe_exit(returncode: int) -> str:

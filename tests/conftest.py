@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from eos_cli.launcher import DEFAULT_PORT_RANGE, PORT_RANGE_ENV
 from tests.support import jvm_archive, tls_context
 from tests.support.children import Children
 from tests.support.cluster import ClusterFactory
@@ -42,6 +43,22 @@ def pytest_configure(config: pytest.Config) -> None:
     tls_context.install()
     # set before the xdist workers start, so that they and their children inherit it
     os.environ.setdefault("JAVA_TOOL_OPTIONS", jvm_archive.jvm_options(TEST_JVM_OPTIONS))
+    _own_ports()
+
+
+def _own_ports() -> None:
+    """Each xdist worker picks service ports in a slice of its own (``EOS_PORT_RANGE``):
+    a test that kills a service and starts it again on its port must not find that port
+    handed meanwhile to a cluster of another worker (seen: a coordinator's port answered
+    by another test's storage node, ``POST /v1/topics`` → 404)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or count < 2 or PORT_RANGE_ENV in os.environ:
+        return
+    low, high = DEFAULT_PORT_RANGE
+    width = (high - low) // count
+    start = low + int(worker[2:]) * width
+    os.environ[PORT_RANGE_ENV] = f"{start}-{start + width}"
 
 
 @pytest.fixture

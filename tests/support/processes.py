@@ -9,7 +9,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 
-from eos_cli.launcher import ServiceError, ServiceProcess, free_port
+from eos_cli.launcher import ServiceError, ServiceProcess, free_port, port_range
 
 __all__ = ["ServiceError", "ServiceProcess", "free_port", "free_port_base", "wait_until"]
 
@@ -36,11 +36,12 @@ def _port_free(port: int) -> bool:
 
 
 def free_port_base(offsets: Iterable[int] = (0, 1, 11, 12, 13)) -> int:
-    """A port base (a multiple of 100 below the ephemeral range) whose ``eos up`` ports
+    """A port base (a multiple of 100 in ``port_range()``) whose ``eos up`` ports
     (the coordinators from the base, node N at base + 10 + N) nobody listens on, for the
     tests that start ``eos up`` or ``eos demo`` while other tests run beside them."""
     wanted = tuple(offsets)
+    low, high = port_range()
     while True:
-        base = random.randrange(20_000, 32_000 - max(wanted), 100)
+        base = random.randrange(-(-low // 100) * 100, high - max(wanted), 100)
         if all(_port_free(base + offset) for offset in wanted):
             return base
