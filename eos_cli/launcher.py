@@ -65,10 +65,10 @@ def port_range() -> tuple[int, int]:
 
 
 def free_port() -> int:
-    """A free loopback port below 32000, outside the kernel's ephemeral range (32768 and
-    up): a port from that range may be taken as the source port of some outgoing
-    connection while the service that owned it is down, and a killed service must come
-    back on its own port. Picked in ``port_range()``."""
+    """A free loopback port in ``port_range()``, by default below 32000, outside the
+    kernel's ephemeral range (32768 and up): a port from that range may be taken as the
+    source port of some outgoing connection while the service that owned it is down, and
+    a killed service must come back on its own port."""
     rng = random.SystemRandom()
     low, high = port_range()
     for _ in range(200):

@@ -3,8 +3,8 @@
 Most of what a test's Spark driver does with its CPU is loading and verifying the same
 few thousand classes from Spark's jars, again in every JVM: about 11 CPU-seconds of the
 machine for a session and two small queries, 7 with the classes mapped from an archive
-(measured with a local session, ``-XX:TieredStopAtLevel=1``). The suite starts some
-thirty drivers, on two cores that its other tests need too.
+(measured with a local session, ``-XX:TieredStopAtLevel=1``). The suite starts about
+fifteen of them, on two cores that its other tests need too.
 
 ``scripts/test.sh`` makes the archive while ruff, mypy and the first tests run (``python -m
 tests.support.jvm_archive PATH``): one JVM runs what the tests run, a batch query, a
