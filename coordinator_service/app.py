@@ -186,12 +186,17 @@ def create_app(
             access.refresh = acl_rules.reload
             await db.run(ensure_controller_row)
             pusher = StatePusher(http, nodes=nodes, internal_token=settings.internal_token)
-            md.deliver_states = pusher.deliver
             replicas = Replication(
                 db, nodes=nodes, clock=leases_clock,
                 session_timeout_ms=settings.node_session_timeout_ms, metrics=metrics,
                 on_state=pusher.push,
             )
+
+            async def new_states(states: list[StoredPartition]) -> None:
+                replicas.forget_states()  # a new topic's: in heartbeat answers from now on
+                await pusher.deliver(states)
+
+            md.deliver_states = new_states
 
             def changed_state(state: StoredPartition) -> None:
                 replicas.forget_states()  # heartbeat answers from now on carry the new state
@@ -203,7 +208,7 @@ def create_app(
                 session_timeout_ms=settings.node_session_timeout_ms,
                 interval_ms=settings.controller_interval_ms,
                 rebalance_interval_ms=settings.leader_rebalance_interval_ms, metrics=metrics,
-                on_change=md.request_refresh, on_state=changed_state,
+                on_change=md.request_refresh, on_state=changed_state, heard=replicas.heard,
             )
             detector = HangingDetector(
                 db=db, coordinator=coordinator, metadata=md, controller=controller,
@@ -261,8 +266,9 @@ def create_app(
                 for what, step in (
                     ("markers", markers.stop), ("state writer", writer.stop),
                     ("leases", leases.release_all), ("controller lease", controller.release),
-                    ("state pusher", pusher.stop), ("instance record", instances.stop),
-                    ("node link", link.close), ("http client", http.aclose),
+                    ("state pusher", pusher.stop), ("heartbeats", replicas.close),
+                    ("instance record", instances.stop), ("node link", link.close),
+                    ("http client", http.aclose),
                 ):  # fmt: skip
                     await _stop_step(what, step)
             finally:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -46,10 +46,14 @@ from coordinator_service.partition_state import (
     PartitionKey,
     StoredPartition,
     compare_and_set,
+    latest_beats,
     read_heartbeats,
     read_states,
 )
 from eos_protocol.replication import NO_LEADER
+
+#: The most changes one round writes in one transaction.
+CHANGES_PER_TRANSACTION = 500
 
 #: Which nodes a round judged alive, and whether nodes never heard from counted as alive.
 AliveSet = tuple[frozenset[int], bool]
@@ -85,8 +89,11 @@ class Controller:
         metrics: CoordinatorMetrics | None = None,
         on_change: Callable[[], None] | None = None,
         on_state: Callable[[StoredPartition], None] | None = None,
+        heard: Mapping[int, int] | None = None,
     ) -> None:
         self._db = db
+        # beats this instance received and may not have written yet (``Replication.heard``)
+        self.heard: Mapping[int, int] = heard if heard is not None else {}
         self.instance_id = instance_id
         self._url = url
         self._node_id = node_id
@@ -179,8 +186,11 @@ class Controller:
         if not await self.hold_lease():
             self._full_round = None
             return 0
-        heartbeats = await self._db.run(read_heartbeats)
+        # the time before the read: a read that waits behind other work (a topic's
+        # thousand partitions being recorded) must not make the beats it returns look
+        # older than they are, or a node beating on time is taken for dead
         now = self._clock.now_ms()
+        heartbeats = latest_beats(await self._db.run(read_heartbeats), self.heard)
         liveness = self.liveness(heartbeats, now)
         alive = (frozenset(n for n in heartbeats if liveness.alive(n)), liveness.unknown_alive)
         rebalance = self._rebalance_due(now)
@@ -192,25 +202,31 @@ class Controller:
             self._set_aside(key, f"unreadable row: {reason}")
         assert self.epoch is not None
         fence = ControllerFence(self.instance_id, self.epoch, now)
-        written = 0
-        states: list[StoredPartition] = []
+        states: dict[PartitionKey, StoredPartition] = {}
+        changes: list[tuple[StoredPartition, Change]] = []
         for state in stored:
+            states[state.key] = state
             try:
                 change = decide(state, liveness.alive)
                 if change is None and rebalance:
                     change = prefer(state, liveness.alive)
                 if change is not None:
-                    if await self.apply(state, change, fence):
-                        state = state.changed(change.leader, change.isr)
-                        written += 1
-                    else:  # the row moved first: read everything again next round
-                        self._full_round = None
+                    changes.append((state, change))
                 self._reported.discard(state.key)
             except Exception as exc:  # one partition must not stop the others
                 self._full_round = None
                 self._set_aside(state.key, f"{type(exc).__name__}: {exc}")
-            states.append(state)
-        self._gauges(states, liveness)
+        written = 0
+        for start in range(0, len(changes), CHANGES_PER_TRANSACTION):
+            batch = changes[start : start + CHANGES_PER_TRANSACTION]
+            for state, change, after in await self._write(batch, fence):
+                if after is None:  # the row moved first: read everything again next round
+                    self._full_round = None
+                    continue
+                self._changed(state, change, after)
+                states[state.key] = after
+                written += 1
+        self._gauges(list(states.values()), liveness)
         if written and self._on_change is not None:
             self._on_change()
         return written
@@ -237,11 +253,30 @@ class Controller:
         self._rebalanced_ms = now
         return True
 
-    async def apply(self, state: StoredPartition, change: Change, fence: ControllerFence) -> bool:
-        """Write one change (compare-and-set, fenced); False when the row moved first."""
-        after = await self._db.run(compare_and_set, state, change.leader, change.isr, fence)
-        if after is None:
-            return False
+    async def _write(
+        self, changes: list[tuple[StoredPartition, Change]], fence: ControllerFence
+    ) -> list[tuple[StoredPartition, Change, StoredPartition | None]]:
+        """Write changes, each a compare-and-set fenced by the lease, in one transaction:
+        a node's death changes every partition it held, and a transaction (a commit, an
+        fsync) for each of a thousand kept the database from the heartbeats meanwhile.
+        Should the batch fail, each is written on its own, so that one partition whose
+        write fails is set aside and the others go on."""
+
+        def write_all(conn: Connection) -> list[StoredPartition | None]:
+            return [compare_and_set(conn, state, c.leader, c.isr, fence) for state, c in changes]
+
+        try:
+            afters = await self._db.run(write_all)
+        except Exception as exc:
+            if len(changes) == 1:
+                self._set_aside(changes[0][0].key, f"{type(exc).__name__}: {exc}")
+                afters = [None]
+            else:
+                afters = [(await self._write([one], fence))[0][2] for one in changes]
+        return [(s, c, a) for (s, c), a in zip(changes, afters, strict=True)]
+
+    def _changed(self, state: StoredPartition, change: Change, after: StoredPartition) -> None:
+        """A change written: push it, count it, say it."""
         self._on_state(after)
         m = self.metrics
         if change.removed:
@@ -260,7 +295,6 @@ class Controller:
             extra={"topic": state.topic, "partition": state.partition,
                    "leader": after.leader, "leader_epoch": after.leader_epoch},
         )
-        return True
 
     def _gauges(self, states: list[StoredPartition], liveness: Liveness) -> None:
         def offline(s: StoredPartition) -> bool:

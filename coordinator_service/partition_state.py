@@ -245,9 +245,30 @@ def write_heartbeat(
     return before is not None and incarnation is not None and before != incarnation
 
 
+def write_heartbeats(conn: Connection, beats: Mapping[int, tuple[str, int, str | None]]) -> None:
+    """Several nodes' beats (``node_id -> (url, heartbeat_ms, incarnation)``) in one
+    transaction, each as ``write_heartbeat`` writes it; a beat older than the stored one
+    (written meanwhile by a beat that waited for its own write) leaves the row alone."""
+    for node_id, (url, now_ms, incarnation) in beats.items():
+        stored = conn.execute(
+            sa.select(node_heartbeats.c.heartbeat_ms).where(node_heartbeats.c.node_id == node_id)
+        ).scalar()
+        if stored is None or int(stored) < now_ms:
+            write_heartbeat(conn, node_id, url, now_ms, incarnation)
+
+
 def read_heartbeats(conn: Connection) -> dict[int, int]:
     rows = conn.execute(sa.select(node_heartbeats.c.node_id, node_heartbeats.c.heartbeat_ms))
     return {int(r.node_id): int(r.heartbeat_ms) for r in rows}
+
+
+def latest_beats(stored: Mapping[int, int], heard: Mapping[int, int]) -> dict[int, int]:
+    """Each node's latest beat: the database's, or this instance's own newer one."""
+    beats = dict(stored)
+    for node_id, at in heard.items():
+        if at > beats.get(node_id, -1):
+            beats[node_id] = at
+    return beats
 
 
 @dataclass(frozen=True)

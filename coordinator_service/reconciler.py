@@ -17,6 +17,17 @@ goes on with the other partitions, and that partition is tried again only every
 clears its ``creation_error``. A topic named ``..``, written by a version that still
 accepted it, once stopped every partition created after it: each round stopped at it.
 
+Each node is asked for its missing partitions in batches (``POST /internal/v1/partitions``,
+``CREATE_CHUNK`` a request, the node fsyncing its data directory once a batch): one request
+per partition and replica, one after another, made a topic of a thousand partitions on
+three replicas take minutes. The batch answers each partition on its own, and the same
+rules apply: a whole request failing as above means the node is away; an entry refused is
+that partition's refusal. A node that answers 404 or 405 (a version without the batch,
+during a rolling upgrade) is asked one partition at a time (``PUT
+/internal/v1/partitions/{topic}/{partition}``) for ``SINGLY_FOR_S`` before the batch is
+tried again; a batch refused as a whole for any other reason is asked again partition by
+partition at once, so that each partition gets its own verdict.
+
 Two instances may record the same partition's replicas at once; one may then write a list
 missing the other's replica. That replica is asked again at a later round, which is
 harmless: creation is idempotent.
@@ -27,11 +38,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import httpx
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -41,7 +53,8 @@ from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.partition_state import PartitionKey, decode_ids, encode_ids
 from eos_protocol.common import ErrorEnvelope, read_answer_json
 from eos_protocol.errors import InvalidRequestError
-from eos_protocol.paths import join
+from eos_protocol.node import CreatePartitionsResponse
+from eos_protocol.paths import join, segment
 from eos_server.internal import internal_headers
 
 log = logging.getLogger("eos.coordinator.metadata")
@@ -56,6 +69,16 @@ CREATE_WAIT_S = 5.0
 CREATE_RETRY_S = 0.2
 #: Answers that say the node cannot serve now, whatever the partition: try again later.
 _AWAY_STATUSES = frozenset({401, 403, 408, 425, 429})
+#: Partitions asked of a node in one batched creation, and the time each adds to the
+#: node timeout for that request.
+CREATE_CHUNK = 500
+BATCH_S_PER_PARTITION = 0.02
+#: How long a node without the batched creation (an older version) is asked one partition
+#: at a time before the batch is tried again (it may have been upgraded since).
+SINGLY_FOR_S = 60.0
+#: The answers of a node that does not serve ``POST /internal/v1/partitions``: none (404)
+#: or only the listing at that path (405).
+_NOT_SERVED = frozenset({404, 405})
 
 
 class Placed(NamedTuple):
@@ -99,6 +122,46 @@ def judge(status: int, content: bytes) -> Attempt:
     except ValueError:
         return Attempt(away=f"HTTP {status} without the error envelope")
     return Attempt(refusal=f"{error.code} (HTTP {status}): {error.message}")
+
+
+class Unbatched(NamedTuple):
+    """A batched creation the node did not take as a batch: ask it each partition on its
+    own. ``remember``: the node serves no batches at all (an older version), so do not
+    ask it for one again for a while."""
+
+    reason: str
+    remember: bool
+
+
+def judge_batch(
+    status: int, content: bytes, rows: Sequence[Placed]
+) -> list[Attempt] | Attempt | Unbatched:
+    """Read a node's answer to ``POST /internal/v1/partitions`` for ``rows``: an
+    ``Attempt`` per row when the node answered the batch, one ``Attempt`` (away) for the
+    request as a whole when the node is away, or ``Unbatched``. A row the answer leaves
+    out is neither created nor refused: it is asked again at the next round."""
+    if status in _NOT_SERVED:
+        return Unbatched(f"HTTP {status}", remember=True)
+    if status != 200:
+        whole = judge(status, content)
+        if whole.away is not None:
+            return whole
+        return Unbatched(whole.refusal or f"HTTP {status}", remember=False)
+    try:
+        entries = read_answer_json(CreatePartitionsResponse, content).partitions
+    except ValueError:
+        return Attempt(away="HTTP 200 without a readable answer to a batched creation")
+    answered = {(e.topic, e.partition): e for e in entries}
+    attempts = []
+    for row in rows:
+        entry = answered.get((row.topic, row.partition))
+        if entry is None:
+            attempts.append(Attempt())
+        elif entry.error is not None:
+            attempts.append(Attempt(refusal=f"{entry.error.code}: {entry.error.message}"))
+        else:
+            attempts.append(Attempt(created=True))
+    return attempts
 
 
 def _ids(text: str | None, own: int) -> tuple[int, ...]:
@@ -205,6 +268,9 @@ class Reconciler:
         # round has recorded the answers.
         self.in_flight: dict[PartitionKey, asyncio.Event] = {}
         self._node_trouble: dict[int, str] = {}
+        # nodes without the batched creation, and until when (monotonic) they are asked
+        # one partition at a time
+        self._singly_until: dict[int, float] = {}
 
     async def _create_on_node(
         self, topic: str, partition: int, node_id: int, replicas: tuple[int, ...]
@@ -241,8 +307,85 @@ class Reconciler:
     async def _one_node(
         self, node_id: int, rows: list[Placed]
     ) -> list[tuple[Placed, int, Attempt]]:
-        """Ask one node for its partitions in order; stop at the first sign it is away
-        (the rest wait for a later round), but never at a refusal."""
+        """Ask one node for its partitions, in batches of ``CREATE_CHUNK``; stop at the
+        first sign it is away (the rest wait for a later round), but never at a refusal."""
+        base = self._nodes.get(node_id)
+        if base is None:
+            refusal = Attempt(refusal=f"node {node_id} is not among this coordinator's nodes")
+            return [(row, node_id, refusal) for row in rows]
+        answers: list[tuple[Placed, int, Attempt]] = []
+        sendable: list[Placed] = []
+        for row in rows:
+            try:
+                segment(row.topic)
+            except InvalidRequestError as exc:  # no URL can name it: no node will ever hold it
+                answers.append((row, node_id, Attempt(refusal=f"{exc.code}: {exc.message}")))
+            else:
+                sendable.append(row)
+        for start in range(0, len(sendable), CREATE_CHUNK):
+            if self._asked_singly(node_id):
+                return answers + await self._one_node_singly(node_id, sendable[start:])
+            chunk = sendable[start:start + CREATE_CHUNK]
+            verdict = await self._create_batch(base, chunk)
+            if isinstance(verdict, Attempt):
+                self._note_node(node_id, verdict.away)
+                break
+            if isinstance(verdict, Unbatched):
+                if verdict.remember:
+                    self._singly_until[node_id] = time.monotonic() + SINGLY_FOR_S
+                    log.info("node %d takes no batched partition creation (%s): asking it one "
+                             "partition at a time", node_id, verdict.reason)  # fmt: skip
+                singly = await self._one_node_singly(node_id, chunk)
+                answers += singly
+                if len(singly) < len(chunk):  # away in the middle
+                    break
+                continue
+            self._note_node(node_id, None)
+            answers += [(row, node_id, a) for row, a in zip(chunk, verdict, strict=True)]
+        return answers
+
+    def _asked_singly(self, node_id: int) -> bool:
+        until = self._singly_until.get(node_id)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        del self._singly_until[node_id]
+        return False
+
+    async def _create_batch(
+        self, base: str, rows: list[Placed]
+    ) -> list[Attempt] | Attempt | Unbatched:
+        body = {"partitions": [{"topic": row.topic, "partition": row.partition,
+                                "replicas": list(row.replicas)} for row in rows]}  # fmt: skip
+        try:
+            response = await self._client.post(
+                join(base, "internal", "v1", "partitions"), content=orjson.dumps(body),
+                headers={**internal_headers(self._token), "content-type": "application/json"},
+                timeout=self._batch_timeout(len(rows)),
+            )
+        except httpx.HTTPError as exc:
+            return Attempt(away=f"{type(exc).__name__}: {exc}")
+        return judge_batch(response.status_code, response.content, rows)
+
+    def _batch_timeout(self, partitions: int) -> httpx.Timeout:
+        """The node timeout is for one partition; a batch gets ``BATCH_S_PER_PARTITION``
+        more for each of its partitions. A node that opens hundreds of partitions while it
+        takes the lead of those it already has may need seconds to answer: timed out, it
+        was taken for away and the topic's creation was answered without its partitions,
+        which it had made all the same. A hung node is still found out as soon by a topic
+        of a few partitions."""
+        base = self._client.timeout
+        if base.read is None:
+            return base
+        return httpx.Timeout(connect=base.connect, read=base.read + BATCH_S_PER_PARTITION
+                             * partitions, write=base.write, pool=base.pool)  # fmt: skip
+
+    async def _one_node_singly(
+        self, node_id: int, rows: list[Placed]
+    ) -> list[tuple[Placed, int, Attempt]]:
+        """Ask one node for its partitions one at a time, in order (a node of a version
+        without the batch); stop at the first sign it is away."""
         answers: list[tuple[Placed, int, Attempt]] = []
         for row in rows:
             attempt = await self._create_on_node(row.topic, row.partition, node_id, row.replicas)

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from eos_protocol.common import AnswerModel, WireModel, examples
+from eos_protocol.common import (
+    MAX_ID_LENGTH,
+    AnswerModel,
+    PartitionIndex,
+    WireModel,
+    examples,
+)
 from eos_protocol.coordinator import NodeInfo
 
 #: The leader of a partition with no live leader (``PartitionState.leader``).
@@ -37,6 +43,14 @@ class NodeHeartbeat(WireModel):
         description="Made anew at every start of the node process: when it changes, the "
         "node restarted (its disk may be empty), so it leaves every ISR and must catch up "
         "again before it can be elected.",
+    )
+    known_states: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="The `states_digest` of the last answer whose states the node applied "
+        "in full: when the node's states are still those, the answer leaves them out "
+        "(`unchanged`). Sent only to a coordinator that answers a digest.",
     )
 
 
@@ -96,6 +110,16 @@ class HeartbeatAnswer(AnswerModel):
 
     nodes: list[NodeInfo]
     partitions: list[PartitionState]
+    states_digest: str | None = Field(
+        default=None,
+        description="A digest of this node's partition states; the node sends it back as "
+        "`known_states` and gets `unchanged` while they stay the same.",
+    )
+    unchanged: bool = Field(
+        default=False,
+        description="The node's states are those of its `known_states`: `partitions` is "
+        "left empty, the node keeps what it has.",
+    )
 
 
 class PartitionStatePush(WireModel):
@@ -126,6 +150,68 @@ class PushAnswer(AnswerModel):
     applied: bool
 
 
+#: The most states one ``PUT /internal/v1/partition-states`` may carry (a controller with
+#: more for one node sends several requests).
+MAX_STATES_PER_PUSH = 5_000
+
+
+class PushedState(PartitionState):
+    """One state of a batched push: a ``PartitionState``, bounded as ``PartitionStatePush``
+    is. Fields this version does not know are ignored, as in a heartbeat answer's states:
+    a controller of a later version, whose states say more, still reaches this node."""
+
+    topic: str = Field(max_length=MAX_ID_LENGTH)
+    partition: PartitionIndex
+    leader: int = Field(ge=NO_LEADER, description="The leader's node id, -1 when none is alive.")
+    leader_epoch: int = Field(ge=0)
+    partition_epoch: int = Field(ge=0)
+    replicas: list[int] = Field(min_length=1)
+    isr: list[int] = Field(min_length=1)
+    min_insync_replicas: int = Field(default=1, ge=1)
+    retention_ms: int = Field(default=-1, ge=-1)
+    retention_bytes: int = Field(default=-1, ge=-1)
+
+
+class PartitionStatesPush(WireModel):
+    """``PUT /internal/v1/partition-states``: many partitions' new assignments for one node
+    in one request, with every node's URL. A topic's creation or a node's failover changes
+    thousands of states at once; one request per partition and replica made that thousands
+    of requests. Best effort, as ``PartitionStatePush``."""
+
+    model_config = examples(
+        {
+            "nodes": {"1": "http://127.0.0.1:8091", "2": "http://127.0.0.1:8092"},
+            "states": [
+                {"topic": "orders", "partition": 0, "leader": 1, "leader_epoch": 3,
+                 "partition_epoch": 7, "replicas": [1, 2], "isr": [1, 2],
+                 "min_insync_replicas": 2},
+            ],
+        }
+    )  # fmt: skip
+
+    nodes: dict[int, str] = Field(default_factory=dict, description="node id -> URL")
+    states: list[PushedState] = Field(min_length=1, max_length=MAX_STATES_PER_PUSH)
+
+
+class StateApplied(AnswerModel):
+    """Whether the node took one pushed state: False when it is older than the one held,
+    or the partition is not on this node (not an error: the node may not have it yet)."""
+
+    topic: str
+    partition: int
+    applied: bool
+
+
+class PartitionStatesAnswer(AnswerModel):
+    """One answer per pushed state, in the order pushed."""
+
+    model_config = examples(
+        {"states": [{"topic": "orders", "partition": 0, "applied": True}]}
+    )
+
+    states: list[StateApplied]
+
+
 class AlterIsrRequest(WireModel):
     """``POST /internal/v1/partitions/{topic}/{partition}/isr`` (AlterPartition, KIP-497):
     the leader proposes a new ISR at the epochs it knows."""
@@ -141,11 +227,16 @@ class AlterIsrRequest(WireModel):
 
 
 __all__ = [
+    "MAX_STATES_PER_PUSH",
     "NO_LEADER",
     "AlterIsrRequest",
     "HeartbeatAnswer",
     "NodeHeartbeat",
     "PartitionState",
     "PartitionStatePush",
+    "PartitionStatesAnswer",
+    "PartitionStatesPush",
     "PushAnswer",
+    "PushedState",
+    "StateApplied",
 ]

@@ -25,7 +25,7 @@ from eos_server.envelope import install_error_handlers
 from eos_server.internal import internal_token_checker
 from eos_server.middleware import NATIVE_TELEMETRY_OFF, BodyLimit, RequestShape
 from partition_service.acls import AclFetcher
-from partition_service.api import groups, health, internal, records, replicas
+from partition_service.api import groups, health, internal, records, replica_batches, replicas
 from partition_service.context import NodeContext
 from partition_service.coordinators import CoordinatorPool
 from partition_service.group_commit import Durability
@@ -149,7 +149,8 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
     app.state.internal_check = internal_token_checker(settings.internal_token)
     install_error_handlers(app, lambda code: context.metrics.errors.labels(code).inc())
     for router in (
-        records.router, groups.router, internal.router, replicas.router, health.router
+        records.router, groups.router, internal.router, replicas.router,
+        replica_batches.router, health.router,
     ):
         app.include_router(router)
     # inside every middleware added below

@@ -69,6 +69,8 @@ class Partition:
         self.retention = RetentionPolicy()
         self.leader_log_start: int | None = None
         self._changed = asyncio.Event()
+        # events of waits over many partitions (a follower's fetch-many), set at each change
+        self.watchers: set[asyncio.Event] = set()
         self.committer = GroupCommitter(engine, durability, on_durable=self.notify)
         self.verifications = VerificationGuards()
 
@@ -91,6 +93,8 @@ class Partition:
         self.advance_high_watermark()
         self._changed.set()
         self._changed = asyncio.Event()
+        for watcher in self.watchers:
+            watcher.set()
 
     # -- replication ---------------------------------------------------------------------
     def advance_high_watermark(self) -> None:

@@ -40,8 +40,11 @@ def build_router(internal_token: str | None) -> APIRouter:
         body: NodeHeartbeat, services: ServicesDep, node_id: int = NodeIdPath
     ) -> HeartbeatAnswer:
         """Records the beat and answers every storage node and the state of every
-        partition this node is a replica of: the node learns its roles from it."""
-        return await services.replication.heartbeat(node_id, body.url, body.incarnation)
+        partition this node is a replica of (none while they are those it already
+        has): the node learns its roles from it."""
+        return await services.replication.heartbeat(
+            node_id, body.url, body.incarnation, known_states=body.known_states
+        )
 
     @router.post(
         "/partitions/{topic}/{partition}/isr",

@@ -1,5 +1,6 @@
-"""Endpoints for coordinators only: transaction markers, partition creation and the
-open transactions the hanging-transaction detector compares with its own state.
+"""Endpoints for coordinators only: transaction markers, partition creation (one at a
+time, or many in one request), the controller's batched partition states, and the open
+transactions the hanging-transaction detector compares with its own state.
 
 Every route here requires the cluster's internal token (checked in constant time); a
 request without it is refused before anything is read or written.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import Response
@@ -19,19 +21,28 @@ from eos_protocol.hanging import OpenTransactionsResponse
 from eos_protocol.node import (
     CreatePartitionRequest,
     CreatePartitionResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     ListPartitionsResponse,
     MarkerPartitionResult,
     WriteMarkersRequest,
     WriteMarkersResponse,
 )
+from eos_protocol.replication import PartitionStatesAnswer, PartitionStatesPush
 from eos_server.envelope import error_responses
 from eos_server.fastpath import FastCall, fast_path
 from eos_server.logs import txn_fields
 from partition_service.api.records import PartitionPath, TopicPath, json_response
 from partition_service.context import Node, NodeContext
 from partition_service.partition import now_ms
+from partition_service.registry import NewPartition
+from partition_service.replication.role import Assignment
 
 log = logging.getLogger("eos.node.markers")
+replication_log = logging.getLogger("eos.node.replication")
+
+#: How long the batched state push works on the event loop before it lets other work run.
+PUSH_SLICE_S = 0.02
 
 
 async def require_internal_token(request: Request) -> None:
@@ -155,6 +166,85 @@ async def create_partition(
     replicated = len(set(body.replicas)) > 1
     created = await node.registry.create(topic, partition, replicated=replicated)
     return json_response({"topic": topic, "partition": partition, "created": created})
+
+
+@router.post(
+    "/partitions",
+    operation_id="createPartitions",
+    summary="Create many partitions on this node (coordinators only)",
+    response_model=CreatePartitionsResponse,
+    responses=error_responses("UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"),
+)
+async def create_partitions(body: CreatePartitionsRequest, node: Node) -> Response:
+    """The batched ``createPartition``: each entry is answered on its own, by the same
+    rules (an illegal topic name refuses that entry with INVALID_REQUEST and no other),
+    and the data directory is fsynced once for the batch (``PartitionRegistry.create_many``).
+    A coordinator asks a topic's partitions of a node in a few requests instead of one per
+    partition; the one-partition route stays served for coordinators of older versions."""
+    answers: list[dict[str, object]] = []
+    wanted: list[NewPartition] = []
+    for entry in body.partitions:
+        answer: dict[str, object] = {"topic": entry.topic, "partition": entry.partition,
+                                     "created": False, "error": None}  # fmt: skip
+        problem = topic_name_problem(entry.topic)
+        if problem is None:
+            replicated = len(set(entry.replicas)) > 1
+            wanted.append(NewPartition(entry.topic, entry.partition, replicated))
+        else:
+            refusal = InvalidRequestError(
+                f"cannot create a partition of topic {entry.topic!r}: {problem}"
+            )
+            answer["error"] = {"code": refusal.code, "message": refusal.message}
+        answers.append(answer)
+    created = iter(await node.registry.create_many(wanted))
+    for answer in answers:
+        if answer["error"] is None:
+            answer["created"] = next(created)
+    return json_response({"partitions": answers})
+
+
+@router.put(
+    "/partition-states",
+    operation_id="pushPartitionStates",
+    summary="The controller's new assignments of many partitions (LeaderAndIsr)",
+    response_model=PartitionStatesAnswer,
+    responses=error_responses("UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED"),
+)
+async def push_partition_states(body: PartitionStatesPush, node: Node) -> Response:
+    """The batched ``pushPartitionState``: the controller sends each node the states that
+    changed together (a topic's creation, a node's failover) in one request, and each
+    state is applied on its own as the one-partition route applies it. A partition not on
+    this node is answered ``applied: false``, not refused: the node may create it only
+    later (or, as a follower whose disk was replaced, here, by ``recreate_if_lost``).
+
+    PUT, as the one-partition route: applying the same states again changes nothing (a
+    node ignores a state older than the one it holds), so the request may be repeated.
+
+    Taking the lead of a partition writes its leader-epoch file durably, milliseconds
+    each: the states are applied in slices of ``PUSH_SLICE_S``, between which the node's
+    other work (its heartbeat above all) runs. Applied at one go, the states of a new
+    topic of a thousand partitions would hold the event loop for seconds, past the
+    session timeout after which the controller takes the node for dead."""
+    replicas = node.replicas
+    replicas.nodes.update(body.nodes)
+    answers = []
+    slice_started = time.monotonic()
+    for state in body.states:
+        if time.monotonic() - slice_started > PUSH_SLICE_S:
+            await asyncio.sleep(0)
+            slice_started = time.monotonic()
+        applied = False
+        try:
+            assignment = Assignment.of(state)
+            await replicas.recreate_if_lost(state.topic, state.partition, assignment)
+            applied = replicas.apply(state.topic, state.partition, assignment)
+        except Exception as exc:  # one unusable state must not stop the others
+            replication_log.warning(
+                "an unusable pushed state of %s-%d: %s", state.topic, state.partition, exc,
+                extra={"topic": state.topic, "partition": state.partition},
+            )
+        answers.append({"topic": state.topic, "partition": state.partition, "applied": applied})
+    return json_response({"states": answers})
 
 
 @router.get(

@@ -12,8 +12,9 @@ Acting on one:
 * **lead** in a new epoch: the epoch starts at this log's end (``become_leader``), the
   followers' bookkeeping starts afresh, and the high watermark stays where it was until the
   in-sync followers show they have more;
-* **follow**: stop leading, keep the high watermark where it is, and run a
-  ``FollowerFetcher`` for the leader and epoch (replacing one for an older pair);
+* **follow**: stop leading, keep the high watermark where it is, and copy it in the
+  ``LeaderSession`` of the leader's node (one long poll per leader node for all the
+  partitions followed from it), leaving the session of a former leader;
 * **no leader** (``leader == -1``): stop both; produce and fetch answer
   LEADER_NOT_AVAILABLE.
 """
@@ -38,15 +39,24 @@ from eos_protocol.replication import AlterIsrRequest, NodeHeartbeat, PartitionSt
 from partition_service.coordinators import CoordinatorPool
 from partition_service.log.cleaner import RetentionPolicy
 from partition_service.partition import Partition
-from partition_service.registry import PartitionRegistry
-from partition_service.replication.fetcher import FollowerFetcher
+from partition_service.registry import NewPartition, PartitionRegistry
 from partition_service.replication.isr import LeaderReplicas
+from partition_service.replication.leader_session import LeaderSession
 from partition_service.replication.role import NO_LEADER, Assignment, mark_replicated
 
 log = logging.getLogger("eos.node.replication")
 
 Key = tuple[str, int]
 UNHEARD_S = 5.0
+#: A heartbeat asks for every state, digest or not, at least this often.
+FULL_EVERY_BEATS = 60
+
+
+def should_recreate(assignment: Assignment, node_id: int) -> bool:
+    """A partition missing here is made empty only to follow: never one this node is told
+    to lead, nor one with no other replica (an empty log there would pass for the
+    partition's whole content)."""
+    return assignment.leader not in (node_id, NO_LEADER) and assignment.replicated
 
 
 class _NotHeard(Exception):
@@ -89,7 +99,15 @@ class ReplicaManager:
         # be empty) from one that only missed a beat, and takes it out of every ISR.
         self.incarnation = uuid.uuid4().hex
         self.nodes: dict[int, str] = {}
-        self.fetchers: dict[Key, tuple[FollowerFetcher, asyncio.Task[None]]] = {}
+        # the digest of the last heartbeat answer whose states were all applied here, and
+        # whether the coordinators answer digests at all (an older one refuses the field)
+        self.known_states: str | None = None
+        self.digests_answered = False
+        self.beats_since_full = 0
+        self._recreating: asyncio.Task[None] | None = None
+        # by leader URL: each session copies every partition followed from that node
+        self.sessions: dict[str, tuple[LeaderSession, asyncio.Task[None]]] = {}
+        self.following: dict[Key, str] = {}  # partition -> the URL of its session
 
     # -- assignments ---------------------------------------------------------------------
     def apply(self, topic: str, index: int, assignment: Assignment) -> bool:
@@ -157,32 +175,44 @@ class ReplicaManager:
         if assignment.leader == NO_LEADER or url is None:
             self._stop_fetcher(key)
             return
-        running = self.fetchers.get(key)
-        if running is not None and (running[0].leader_url, running[0].leader_epoch) == (
-            url, assignment.leader_epoch,
-        ):  # fmt: skip
-            return
-        self._stop_fetcher(key)
-        fetcher = FollowerFetcher(
-            partition, node_id=self.node_id, leader_url=url,
-            leader_epoch=assignment.leader_epoch, client=self.client,
+        if self.following.get(key) != url:
+            self._stop_fetcher(key)
+        session = self._session(url)
+        self.following[key] = url
+        if session.follow(partition, assignment.leader_epoch):
+            log.info("%s-%d: following node %d in epoch %d", key[0], key[1],
+                     assignment.leader, assignment.leader_epoch)  # fmt: skip
+
+    def _session(self, url: str) -> LeaderSession:
+        running = self.sessions.get(url)
+        if running is not None:
+            return running[0]
+        session = LeaderSession(
+            node_id=self.node_id, leader_url=url, client=self.client,
             internal_token=self.internal_token, max_wait_ms=self.fetch_wait_ms,
         )  # fmt: skip
-        task = asyncio.create_task(fetcher.run(), name=f"fetch {key[0]}-{key[1]}")
-        self.fetchers[key] = (fetcher, task)
-        log.info("%s-%d: following node %d in epoch %d", key[0], key[1], assignment.leader,
-                 assignment.leader_epoch)  # fmt: skip
+        self.sessions[url] = (session, asyncio.create_task(session.run(), name=f"fetch {url}"))
+        return session
 
     def _stop_fetcher(self, key: Key) -> None:
-        running = self.fetchers.pop(key, None)
-        if running is not None:
+        """Stop copying ``key``; a session left with nothing to copy ends."""
+        url = self.following.pop(key, None)
+        running = self.sessions.get(url) if url is not None else None
+        if running is None:
+            return
+        running[0].unfollow(key)
+        if not running[0].followed:
+            del self.sessions[url]  # type: ignore[arg-type]
             running[1].cancel()
 
     # -- the loops -----------------------------------------------------------------------
     async def apply_cluster_view(self, body: dict[str, Any]) -> int:
         """A heartbeat answer (``HeartbeatAnswer``): the nodes' URLs and this node's
         partitions; returns how many assignments were applied. Each entry is read on its
-        own, so one unusable entry is logged and skipped, not the whole answer."""
+        own, so one unusable entry is logged and skipped, not the whole answer. Its
+        digest is kept (and sent back, to be spared the same states next time) only when
+        every entry could be acted on: a partition not here yet, or an unusable entry,
+        must be answered again."""
         for raw in body.get("nodes", []):
             try:
                 node = read_answer(NodeInfo, raw)
@@ -190,16 +220,50 @@ class ReplicaManager:
                 log.warning("an unusable node %s: %s", raw, exc)
                 continue
             self.nodes[node.node_id] = node.url
+        digest = body.get("states_digest")
+        self.digests_answered = isinstance(digest, str) and bool(digest)
+        if body.get("unchanged") is True:
+            return 0
         applied = 0
+        whole = True
+        lost: list[tuple[str, int, Assignment]] = []
         for raw in body.get("partitions", []):
             try:
                 state = read_answer(PartitionState, raw)
                 assignment = Assignment.of(state)
-                await self.recreate_if_lost(state.topic, state.partition, assignment)
+                if (state.topic, state.partition) not in self.registry.partitions:
+                    lost.append((state.topic, state.partition, assignment))
+                    whole = False
+                    continue
                 applied += self.apply(state.topic, state.partition, assignment)
             except Exception as exc:  # one bad entry must not stop the rest
                 log.warning("an unusable partition state %s: %s", raw, exc)
+                whole = False
+        self.known_states = digest if whole and self.digests_answered else None
+        if lost and (self._recreating is None or self._recreating.done()):
+            self._recreating = asyncio.create_task(self._recreate(lost), name="recreate lost")
         return applied
+
+    async def _recreate(self, lost: list[tuple[str, int, Assignment]]) -> None:
+        """Partitions a heartbeat names that are not here, made in the background (they
+        may be on their way: a topic's creation runs meanwhile, and holds the registry's
+        lock for a second or more; a heartbeat waiting for it was a late heartbeat, and
+        the controller took the node for dead). Their states are applied by the next
+        answer, which carries them again."""
+        wanted = [NewPartition(t, i, replicated=True) for t, i, a in lost
+                  if should_recreate(a, self.node_id)]  # fmt: skip
+        if not wanted:
+            return
+        try:
+            made = await self.registry.create_many(wanted)
+        except Exception as exc:
+            log.warning("partitions %s not created: %s",
+                        [f"{w.topic}-{w.partition}" for w in wanted[:5]], exc)  # fmt: skip
+            return
+        for new, created in zip(wanted, made, strict=True):
+            if created:
+                log.warning("%s-%d: not on this node's disk; created empty, copying it from "
+                            "its leader", new.topic, new.partition)  # fmt: skip
 
     async def recreate_if_lost(self, topic: str, index: int, assignment: Assignment) -> None:
         """A partition this node follows but does not have (its disk was replaced, or its
@@ -208,14 +272,20 @@ class ReplicaManager:
         partition's whole content."""
         if (topic, index) in self.registry.partitions:
             return
-        if assignment.leader in (self.node_id, NO_LEADER) or not assignment.replicated:
+        if not should_recreate(assignment, self.node_id):
             return
         if await self.registry.create(topic, index):
             log.warning("%s-%d: not on this node's disk; created empty, copying it from "
                         "node %d", topic, index, assignment.leader)  # fmt: skip
 
     async def heartbeat_once(self) -> None:
-        beat = NodeHeartbeat(url=self.own_url, incarnation=self.incarnation)
+        """One beat. Every ``FULL_EVERY_BEATS`` the node asks for its states in full
+        anyway: the digest spares the work, never the repair."""
+        self.beats_since_full += 1
+        if self.beats_since_full >= FULL_EVERY_BEATS:
+            self.beats_since_full, self.known_states = 0, None
+        known = self.known_states if self.digests_answered else None
+        beat = NodeHeartbeat(url=self.own_url, incarnation=self.incarnation, known_states=known)
         status, content = await self.pool.post(
             join("", "internal", "v1", "nodes", self.node_id, "heartbeat"),
             beat.model_dump(exclude_none=True),
@@ -242,6 +312,7 @@ class ReplicaManager:
                 unheard = True
             except Exception as exc:  # a bad answer or no coordinator: beat again later
                 log.warning("heartbeat not answered: %s", exc)
+                self.known_states = None  # roles may change here meanwhile: ask in full
                 self.fence_if_cut_off()
             await asyncio.sleep(UNHEARD_S if unheard else self.heartbeat_s)
 
@@ -310,8 +381,11 @@ class ReplicaManager:
             await asyncio.sleep(interval_s)
 
     async def stop(self) -> None:
-        tasks = [task for _, task in self.fetchers.values()]
-        self.fetchers.clear()
+        tasks = [task for _, task in self.sessions.values()]
+        if self._recreating is not None:
+            tasks.append(self._recreating)
+        self.sessions.clear()
+        self.following.clear()
         for task in tasks:
             task.cancel()
         for task in tasks:

@@ -6,6 +6,7 @@ migration of a database from before replication (docs/design.md §7). Storage no
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from coordinator_service.db.engine import make_engine, upgrade
 from tests.coordinator.conftest import CoordinatorFactory
 from tests.coordinator.helpers import code, ok
 from tests.support.coordinators import INTERNAL_TOKEN, FakeNodes, InProcessCoordinator
+from tests.support.processes import wait_until
 
 INTERNAL = {"authorization": f"Bearer {INTERNAL_TOKEN}"}
 SESSION_MS = 2_000
@@ -166,6 +168,78 @@ def test_a_heartbeat_answers_the_nodes_and_the_partitions_the_node_holds(
     with db.connect() as conn:
         again = conn.execute(sa.text("SELECT heartbeat_ms FROM node_heartbeats")).scalar()
     assert again == clock.now_ms()
+
+
+def test_a_heartbeat_leaves_out_the_states_the_node_already_has(client: httpx.Client) -> None:
+    """The answer's digest, sent back as ``known_states``, spares the node its states
+    while they stay the same; any change (an ISR altered, a new topic) brings them all
+    back under a new digest, and a digest the coordinator never gave is answered in full."""
+    create(client, "orders", 3, replication_factor=3)
+
+    def beat_knowing(known: str | None) -> dict[str, Any]:
+        body = {"url": "http://node2.test", "incarnation": "one"}
+        if known is not None:
+            body["known_states"] = known
+        return dict(ok(client.post("/internal/v1/nodes/2/heartbeat", json=body,
+                                   headers=INTERNAL)))  # fmt: skip
+
+    full = beat_knowing(None)
+    digest = full["states_digest"]
+    assert full["unchanged"] is False and len(full["partitions"]) >= 3
+    spared = beat_knowing(digest)
+    assert (spared["unchanged"], spared["partitions"], spared["states_digest"]) == (
+        True, [], digest)
+    assert spared["nodes"] == full["nodes"]
+    assert beat_knowing("a-digest-never-given")["partitions"] == full["partitions"]
+
+    state = next(s for s in full["partitions"] if s["topic"] == "orders")
+    smaller = [r for r in state["isr"] if r != 2 or r == state["leader"]]
+    if smaller == state["isr"]:
+        smaller = [state["leader"]]
+    ok(client.post(f"/internal/v1/partitions/orders/{state['partition']}/isr", json={
+        "leader": state["leader"], "leader_epoch": state["leader_epoch"],
+        "partition_epoch": state["partition_epoch"], "isr": smaller}, headers=INTERNAL))
+    changed = beat_knowing(digest)
+    assert changed["unchanged"] is False and changed["states_digest"] != digest
+    altered = next(s for s in changed["partitions"]
+                   if (s["topic"], s["partition"]) == ("orders", state["partition"]))
+    assert altered["isr"] == smaller
+
+    create(client, "more", 3, replication_factor=3)
+    again = beat_knowing(changed["states_digest"])
+    assert {s["topic"] for s in again["partitions"]} >= {"orders", "more"}
+
+
+def test_a_known_node_is_answered_while_its_beat_waits_for_the_database(
+    client: httpx.Client, db: sa.Engine, clock: FakeClock
+) -> None:
+    """A beat of a node this instance has written (same incarnation) is answered at once
+    and written behind the answer: a heartbeats table locked by another transaction (a
+    topic of a thousand partitions being recorded) must not make the beats late. A new
+    incarnation waits for its own write."""
+    body = {"url": "http://node3.test", "incarnation": "first"}
+    ok(client.post("/internal/v1/nodes/3/heartbeat", json=body, headers=INTERNAL))
+    with db.connect() as locker, ThreadPoolExecutor(1) as pool:
+        locker.execute(sa.text("SELECT * FROM node_heartbeats WHERE node_id = 3 FOR UPDATE"))
+        clock.advance(700)
+        answered = pool.submit(client.post, "/internal/v1/nodes/3/heartbeat", json=body,
+                               headers=INTERNAL)  # fmt: skip
+        try:
+            ok(answered.result(timeout=10))  # a beat that waits for the row times out here
+            with db.connect() as conn:
+                stored = conn.execute(sa.text(
+                    "SELECT heartbeat_ms FROM node_heartbeats WHERE node_id = 3")).scalar()
+            assert stored == clock.now_ms() - 700  # not written yet: the row is locked
+        finally:
+            locker.rollback()
+
+    def written() -> bool:
+        with db.connect() as conn:
+            return conn.execute(sa.text(
+                "SELECT heartbeat_ms FROM node_heartbeats WHERE node_id = 3")
+            ).scalar() == clock.now_ms()
+
+    wait_until(written, timeout=20, what="the beat written once the lock is gone")
 
 
 def test_replication_endpoints_need_the_internal_token(client: httpx.Client) -> None:

@@ -60,9 +60,9 @@ def _service_url(cluster: Cluster, service: str) -> str:
 def _call(case: Any, base_url: str) -> None:
     if isinstance(case.query, dict) and "max_wait_ms" in case.query:
         case.query["max_wait_ms"] = 0  # a long poll only slows the run down
-    # A generated topic may have up to 1,000 partitions, which the coordinator creates on
-    # the nodes one request each: beside the rest of the suite on two cores that took
-    # over 30 s (a known cost: partition creation is not batched per node yet).
+    # A generated topic may have up to 1,000 partitions: the coordinator creates them on
+    # the nodes in batches now, but beside the rest of the suite on two cores one creation
+    # (and the leaderships that follow it) may still take many seconds.
     response = case.call_and_validate(
         base_url=base_url, headers=HEADERS, checks=CHECKS, timeout=120
     )

@@ -40,6 +40,7 @@ OPERATION_IDS = {
         "commitGroupOffsets", "commitTransactionalOffsets", "fetchGroupOffsets",
         "writeTxnMarkers", "createPartition", "listNodePartitions", "health", "ready",
         "metrics", "replicaFetch", "epochEnd", "pushPartitionState", "listOpenTransactions",
+        "createPartitions", "pushPartitionStates", "replicaFetchMany", "epochEnds",
     },
 }
 
