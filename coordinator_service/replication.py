@@ -55,7 +55,7 @@ from eos_protocol.errors import (
     InvalidRequestError,
     UnknownTopicOrPartitionError,
 )
-from eos_protocol.replication import AlterIsrRequest, HeartbeatAnswer, PartitionState
+from eos_protocol.replication import AlterIsrRequest, HeartbeatAnswer, IsrChange, PartitionState
 
 log = logging.getLogger("eos.coordinator.replication")
 
@@ -305,38 +305,84 @@ class Replication:
                         "where it led", node_id, len(changed), extra={"node_id": node_id})
 
     async def alter_isr(self, topic: str, partition: int, req: AlterIsrRequest) -> PartitionState:
-        stored = await self._read(topic, partition)
-        if (req.leader, req.leader_epoch, req.partition_epoch) != (
+        change = IsrChange(topic=topic, partition=partition, leader_epoch=req.leader_epoch,
+                           partition_epoch=req.partition_epoch, isr=req.isr)  # fmt: skip
+        (outcome,) = await self.alter_isr_many(req.leader, [change])
+        if isinstance(outcome, EosError):
+            raise outcome
+        return outcome
+
+    async def alter_isr_many(
+        self, leader: int, changes: list[IsrChange]
+    ) -> list[PartitionState | EosError]:
+        """Each proposal decided on its own, all read and written in one transaction (a
+        node back from a restart rejoins the ISR of every partition it holds: a
+        transaction each kept the database from everything else meanwhile)."""
+        now = self._clock.now_ms()  # before the read, as the controller does
+        heard = dict(self.heard)
+
+        def decide_all(
+            conn: Connection,
+        ) -> list[tuple[StoredPartition | None, StoredPartition | EosError]]:
+            beats = latest_beats(read_heartbeats(conn), heard)
+            liveness = Liveness(beats, now, self._session_timeout_ms)
+            return [self._alter_one(conn, leader, change, liveness) for change in changes]
+
+        outcomes: list[PartitionState | EosError] = []
+        changed = False
+        for before, outcome in await self._db.run(decide_all):
+            if isinstance(outcome, EosError):
+                outcomes.append(outcome)
+                continue
+            if before is not None and outcome is not before:
+                self._isr_changed(before, outcome)
+                changed = True
+            outcomes.append(outcome.wire())
+        if changed:
+            self.forget_states()
+        return outcomes
+
+    def _alter_one(
+        self, conn: Connection, leader: int, change: IsrChange, liveness: Liveness
+    ) -> tuple[StoredPartition | None, StoredPartition | EosError]:
+        """(the stored state, the state after the change or the error refusing it)."""
+        where = f"{change.topic}/{change.partition}"
+        try:
+            stored = read_state(conn, change.topic, change.partition)
+        except ValueError as exc:
+            return None, InternalError(f"{where} has an unreadable state: {exc}")
+        if stored is None:
+            return None, UnknownTopicOrPartitionError(f"unknown partition {where}")
+        if (leader, change.leader_epoch, change.partition_epoch) != (
             stored.leader, stored.leader_epoch, stored.partition_epoch
         ):
-            raise fenced(
+            return stored, fenced(
                 stored,
-                f"{topic}/{partition} is at leader {stored.leader}, leader epoch "
-                f"{stored.leader_epoch}, partition epoch {stored.partition_epoch}; the "
-                f"request names leader {req.leader} at {req.leader_epoch}/{req.partition_epoch}",
+                f"{where} is at leader {stored.leader}, leader epoch {stored.leader_epoch}, "
+                f"partition epoch {stored.partition_epoch}; the request names leader "
+                f"{leader} at {change.leader_epoch}/{change.partition_epoch}",
             )
-        now = self._clock.now_ms()  # before the read, as the controller does
-        heartbeats = latest_beats(await self._db.run(read_heartbeats), self.heard)
-        liveness = Liveness(heartbeats, now, self._session_timeout_ms)
-        isr = check_isr(stored, req.isr, liveness)
+        try:
+            isr = check_isr(stored, change.isr, liveness)
+        except EosError as exc:
+            return stored, exc
         if isr == stored.isr:
-            return stored.wire()
-        after = await self._db.run(compare_and_set, stored, stored.leader, isr)
-        self.forget_states()
+            return stored, stored
+        after = compare_and_set(conn, stored, stored.leader, isr)
         if after is None:
-            raise fenced(
-                await self._read(topic, partition),
-                f"{topic}/{partition} changed while the ISR was being altered",
-            )
+            now = read_state(conn, change.topic, change.partition) or stored
+            return stored, fenced(now, f"{where} changed while the ISR was being altered")
+        return stored, after
+
+    def _isr_changed(self, stored: StoredPartition, after: StoredPartition) -> None:
         self._on_state(after)
-        if set(stored.isr) - set(isr):
+        if set(stored.isr) - set(after.isr):
             self.metrics.isr_shrinks.inc()
-        if set(isr) - set(stored.isr):
+        if set(after.isr) - set(stored.isr):
             self.metrics.isr_expands.inc()
-        log.info("partition %s/%d: ISR %s -> %s (partition epoch %d)", topic, partition,
-                 list(stored.isr), list(isr), after.partition_epoch,
-                 extra={"topic": topic, "partition": partition})
-        return after.wire()
+        log.info("partition %s/%d: ISR %s -> %s (partition epoch %d)", stored.topic,
+                 stored.partition, list(stored.isr), list(after.isr), after.partition_epoch,
+                 extra={"topic": stored.topic, "partition": stored.partition})  # fmt: skip
 
     async def _read(self, topic: str, partition: int) -> StoredPartition:
         try:

@@ -14,7 +14,9 @@ from pydantic import Field
 from eos_protocol.common import (
     MAX_ID_LENGTH,
     AnswerModel,
+    ErrorBody,
     PartitionIndex,
+    TopicName,
     WireModel,
     examples,
 )
@@ -226,11 +228,60 @@ class AlterIsrRequest(WireModel):
     isr: list[int] = Field(min_length=1)
 
 
+class IsrChange(WireModel):
+    """One partition of a batched AlterPartition: the ISR its leader proposes, at the
+    epochs the leader knows."""
+
+    topic: TopicName
+    partition: PartitionIndex
+    leader_epoch: int = Field(ge=0)
+    partition_epoch: int = Field(ge=0)
+    isr: list[int] = Field(min_length=1)
+
+
+class IsrChangesRequest(WireModel):
+    """``POST /internal/v1/isr-changes``: a leader's ISR proposals for many partitions
+    (Kafka's AlterPartition carries many), each decided on its own."""
+
+    model_config = examples(
+        {"leader": 1, "partitions": [{"topic": "orders", "partition": 0, "leader_epoch": 3,
+                                      "partition_epoch": 7, "isr": [1, 2, 3]}]}
+    )  # fmt: skip
+
+    leader: int = Field(ge=0, description="The node id of the leader proposing.")
+    partitions: list[IsrChange] = Field(min_length=1, max_length=MAX_STATES_PER_PUSH)
+
+
+class IsrChangeOutcome(AnswerModel):
+    """One proposal's outcome: the partition's state after it, or the error (with
+    ``FENCED_LEADER_EPOCH``, the stored state in its ``details``)."""
+
+    topic: str
+    partition: int
+    state: PartitionState | None = None
+    error: ErrorBody | None = None
+
+
+class IsrChangesAnswer(AnswerModel):
+    model_config = examples(
+        {"partitions": [{"topic": "orders", "partition": 0, "error": None, "state": {
+            "topic": "orders", "partition": 0, "leader": 1, "leader_epoch": 3,
+            "partition_epoch": 8, "replicas": [1, 2, 3], "isr": [1, 2, 3],
+            "min_insync_replicas": 2, "retention_ms": -1, "retention_bytes": -1}}]}
+    )  # fmt: skip
+
+    partitions: list[IsrChangeOutcome]
+
+
 __all__ = [
     "MAX_STATES_PER_PUSH",
     "NO_LEADER",
     "AlterIsrRequest",
     "HeartbeatAnswer",
+    "IsrChange",
+    "IsrChangeOutcome",
+    "IsrChangesAnswer",
+    "IsrChangesRequest",
     "NodeHeartbeat",
     "PartitionState",
     "PartitionStatePush",

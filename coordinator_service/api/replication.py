@@ -4,13 +4,20 @@ state is in the database (``coordinator_service/replication.py``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 from fastapi import APIRouter, Depends, FastAPI, Path
+from fastapi.responses import Response
 
 from coordinator_service.api.deps import ServicesDep
 from eos_protocol.common import MAX_PARTITIONS_PER_TOPIC
+from eos_protocol.errors import EosError
 from eos_protocol.replication import (
     AlterIsrRequest,
     HeartbeatAnswer,
+    IsrChangesAnswer,
+    IsrChangesRequest,
     NodeHeartbeat,
     PartitionState,
 )
@@ -66,6 +73,32 @@ def build_router(internal_token: str | None) -> APIRouter:
         (``FENCED_LEADER_EPOCH`` otherwise, the stored state in its details); the ISR must
         include the leader and only replicas, and a replica joins only while alive."""
         return await services.replication.alter_isr(topic, partition, body)
+
+    @router.post(
+        "/isr-changes",
+        operation_id="alterPartitions",
+        summary="A leader's new ISRs for many partitions (AlterPartition; nodes only)",
+        response_model=IsrChangesAnswer,
+        responses=error_responses(
+            "INVALID_REQUEST", "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED",
+            "COORDINATOR_NOT_AVAILABLE",
+        ),
+    )
+    async def alter_partitions(body: IsrChangesRequest, services: ServicesDep) -> Response:
+        """Each proposal decided as ``alterPartition`` decides it, its error its own (a
+        ``FENCED_LEADER_EPOCH`` carries the stored state in its details); all in one
+        database transaction."""
+        outcomes = await services.replication.alter_isr_many(body.leader, body.partitions)
+        entries: list[dict[str, Any]] = []
+        for change, outcome in zip(body.partitions, outcomes, strict=True):
+            entry: dict[str, Any] = {"topic": change.topic, "partition": change.partition,
+                                     "state": None, "error": None}  # fmt: skip
+            if isinstance(outcome, EosError):
+                entry["error"] = outcome.envelope()["error"]
+            else:
+                entry["state"] = outcome.model_dump()
+            entries.append(entry)
+        return Response(orjson.dumps({"partitions": entries}), media_type="application/json")
 
     return router
 

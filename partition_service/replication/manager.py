@@ -35,7 +35,15 @@ import orjson
 from eos_protocol.common import ErrorEnvelope, read_answer, read_answer_json
 from eos_protocol.coordinator import NodeInfo
 from eos_protocol.paths import join
-from eos_protocol.replication import AlterIsrRequest, NodeHeartbeat, PartitionState
+from eos_protocol.replication import (
+    MAX_STATES_PER_PUSH,
+    AlterIsrRequest,
+    IsrChange,
+    IsrChangesAnswer,
+    IsrChangesRequest,
+    NodeHeartbeat,
+    PartitionState,
+)
 from partition_service.coordinators import CoordinatorPool
 from partition_service.log.cleaner import RetentionPolicy
 from partition_service.partition import Partition
@@ -47,7 +55,10 @@ from partition_service.replication.role import NO_LEADER, Assignment, mark_repli
 log = logging.getLogger("eos.node.replication")
 
 Key = tuple[str, int]
+Proposal = tuple[str, int, LeaderReplicas, list[int]]  # topic, partition, leader, new ISR
 UNHEARD_S = 5.0
+#: How long a coordinator that does not take batched ISR changes is sent one at a time.
+SINGLY_FOR_S = 60.0
 #: A heartbeat asks for every state, digest or not, at least this often.
 FULL_EVERY_BEATS = 60
 
@@ -105,6 +116,7 @@ class ReplicaManager:
         self.digests_answered = False
         self.beats_since_full = 0
         self._recreating: asyncio.Task[None] | None = None
+        self._isr_singly_until = 0.0  # monotonic: until then, one ISR change per request
         # by leader URL: each session copies every partition followed from that node
         self.sessions: dict[str, tuple[LeaderSession, asyncio.Task[None]]] = {}
         self.following: dict[Key, str] = {}  # partition -> the URL of its session
@@ -341,19 +353,62 @@ class ReplicaManager:
         return stopped
 
     async def propose_isr_changes(self) -> None:
-        """Ask the controller for the ISR each partition led here should have."""
+        """Ask the controller for the ISR each partition led here should have: all the
+        proposals of a round in one request (a node back from a restart rejoins the ISR of
+        every partition it holds), or one request each to a coordinator of an older
+        release, which answers the batch 404, for ``SINGLY_FOR_S``."""
         now = self.clock()
+        proposals: list[Proposal] = []
         for (topic, index), partition in list(self.registry.partitions.items()):
             leader = partition.role.leader
             if leader is None or len(leader.replicas) < 2:
                 continue
             proposal = leader.proposed_isr(now)
-            if proposal is None:
-                continue
+            if proposal is not None:
+                proposals.append((topic, index, leader, proposal))
+        if not proposals:
+            return
+        if time.monotonic() >= self._isr_singly_until:
+            try:
+                if await self._alter_isrs(proposals):
+                    return
+            except Exception as exc:
+                log.warning("ISR changes of %d partitions not made: %s", len(proposals), exc)
+                return
+            self._isr_singly_until = time.monotonic() + SINGLY_FOR_S
+        for topic, index, leader, proposal in proposals:
             try:
                 await self._alter_isr(topic, index, leader, proposal)
             except Exception as exc:
                 log.warning("%s-%d: ISR change to %s not made: %s", topic, index, proposal, exc)
+
+    async def _alter_isrs(self, proposals: list[Proposal]) -> bool:
+        """One batched AlterPartition; False when the coordinator does not serve it."""
+        body = IsrChangesRequest(leader=self.node_id, partitions=[
+            IsrChange(topic=t, partition=i, leader_epoch=r.leader_epoch,
+                      partition_epoch=r.partition_epoch, isr=isr)
+            for t, i, r, isr in proposals[:MAX_STATES_PER_PUSH]
+        ])  # fmt: skip
+        status, content = await self.pool.post("/internal/v1/isr-changes", body.model_dump())
+        if status in (404, 405):
+            return False
+        if status != 200:
+            raise ValueError(f"HTTP {status}: {content[:200]!r}")
+        for outcome in read_answer_json(IsrChangesAnswer, content).partitions:
+            where = (outcome.topic, outcome.partition)
+            if outcome.state is not None:
+                self.apply(*where, Assignment.of(outcome.state))
+                log.info("%s-%d: ISR is now %s", *where, outcome.state.isr)
+            elif outcome.error is not None:
+                error = outcome.error
+                if error.code == "FENCED_LEADER_EPOCH" and error.details is not None:
+                    # the answer carries the stored state: take it rather than ask again
+                    stored = read_answer(PartitionState, error.details.model_dump())
+                    self.apply(*where, Assignment.of(stored))
+                else:
+                    log.warning("%s-%d: ISR change not made: %s: %s", *where, error.code,
+                                error.message)  # fmt: skip
+        return True
 
     async def _alter_isr(
         self, topic: str, index: int, leader: LeaderReplicas, isr: list[int]

@@ -370,6 +370,46 @@ def test_upgrading_from_0003_keeps_every_partition_on_its_one_node(pg_url: str) 
         engine.dispose()
 
 
+def test_isr_changes_of_many_partitions_are_each_decided_on_their_own(
+    client: httpx.Client,
+) -> None:
+    """The batched AlterPartition: one proposal taken, one at old epochs fenced with the
+    stored state, one of an unknown partition and one without the leader refused; none
+    fails the others."""
+    create(client, "orders", 9, replication_factor=3)
+    for n in (1, 2, 3):
+        beat(client, n)
+    states = [state_of(client, 1, "orders", p) for p in range(9)]
+    leader = states[0]["leader"]
+    first, second, third = [s for s in states if s["leader"] == leader][:3]
+
+    def change(state: dict[str, Any], isr: list[int], **over: int) -> dict[str, Any]:
+        return {"topic": "orders", "partition": state["partition"],
+                "leader_epoch": state["leader_epoch"],
+                "partition_epoch": state["partition_epoch"], "isr": isr, **over}  # fmt: skip
+
+    shrunk = [leader, next(r for r in first["isr"] if r != leader)]
+    body = {"leader": leader, "partitions": [
+        change(first, shrunk),
+        change(second, second["isr"], partition_epoch=second["partition_epoch"] + 5),
+        {**change(first, shrunk), "topic": "absent"},
+        change(third, [r for r in third["isr"] if r != leader]),
+    ]}  # fmt: skip
+    answer = ok(client.post("/internal/v1/isr-changes", json=body, headers=INTERNAL))
+    taken, fenced, unknown, leaderless = answer["partitions"]
+    assert taken["error"] is None and taken["state"]["isr"] == shrunk
+    assert taken["state"]["partition_epoch"] == first["partition_epoch"] + 1
+    assert fenced["error"]["code"] == "FENCED_LEADER_EPOCH"
+    assert fenced["error"]["details"]["partition_epoch"] == second["partition_epoch"]
+    assert unknown["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert leaderless["error"]["code"] == "INVALID_REQUEST"
+    assert state_of(client, 1, "orders", first["partition"])["isr"] == shrunk
+    assert state_of(client, 1, "orders", third["partition"])["isr"] == third["isr"]
+    refused = client.post("/internal/v1/isr-changes", json={"leader": 1, "partitions": []},
+                          headers=INTERNAL)  # fmt: skip
+    assert code(refused) == "INVALID_REQUEST"
+
+
 def test_a_node_that_restarted_leaves_every_isr_and_its_leadership(
     client: httpx.Client,
 ) -> None:
