@@ -152,8 +152,12 @@ class LeaderIsolation(ReplicatedFault):
         wait_for("node 1 to lead an output partition",
                  lambda: self._writes_led(workload), timeout=30)  # fmt: skip
         led = self._writes_led(workload)
-        followers_and_pushes = (f"{INTERNAL_PREFIX}replicas/", f"{INTERNAL_PREFIX}partitions/")
-        beats_and_isr = (f"{INTERNAL_PREFIX}nodes/", f"{INTERNAL_PREFIX}partitions/")
+        # every path of each kind: one partition at a time and batched (a batched ISR
+        # change left uncut once shrank the ISR to node 1 alone before the election)
+        followers_and_pushes = (f"{INTERNAL_PREFIX}replicas/", f"{INTERNAL_PREFIX}partitions/",
+                                f"{INTERNAL_PREFIX}partition-states")  # fmt: skip
+        beats_and_isr = (f"{INTERNAL_PREFIX}nodes/", f"{INTERNAL_PREFIX}partitions/",
+                         f"{INTERNAL_PREFIX}isr-changes")  # fmt: skip
         node.set_plan(FaultPlan(paths=followers_and_pushes, cut_rate=1.0))
         coordinator.set_plan(FaultPlan(paths=beats_and_isr, cut_rate=1.0))
         try:
