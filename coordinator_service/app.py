@@ -61,8 +61,18 @@ from eos_security.authorizer import Authorizer
 from eos_server import fastpath
 from eos_server.envelope import error_response, install_error_handlers
 from eos_server.middleware import NATIVE_TELEMETRY_OFF, RequestShape
+from eos_server.openapi import Server, install_document
 
 log = logging.getLogger("eos.coordinator")
+
+_DEFAULTS = CoordinatorSettings.model_fields
+#: Where a coordinator listens unless told otherwise; ``eos up`` starts its first one there.
+SERVERS: list[Server] = [
+    {
+        "url": f"http://{_DEFAULTS['host'].default}:{_DEFAULTS['port'].default}",
+        "description": "A coordinator on its default address (the first of `eos up`).",
+    }
+]
 
 
 async def _stop_step(what: str, step: Callable[[], Awaitable[object]]) -> None:
@@ -281,6 +291,7 @@ def create_app(
         lifespan=lifespan,
         telemetry=NATIVE_TELEMETRY_OFF,
     )
+    install_document(app, SERVERS)
     install_error_handlers(app)
     for unavailable in UNAVAILABLE:
         app.add_exception_handler(unavailable, _database_unavailable)

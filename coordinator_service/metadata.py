@@ -206,6 +206,15 @@ class CachedTopic:
     retention: TopicRetention = UNLIMITED
 
 
+@dataclass(frozen=True)
+class TopicPlacement:
+    """A topic and its cached partitions (those the cache holds), by index."""
+
+    name: str
+    config: CachedTopic
+    partitions: tuple[tuple[int, CachedPartition], ...]
+
+
 PartitionRow = sa.Row[tuple[str, int, int, bool, str | None, str, str, int]]
 TopicRow = sa.Row[tuple[str, int, int, int, int, int]]
 
@@ -352,11 +361,19 @@ class Metadata:
         """One topic, its state read afresh (another instance's reconciler may have
         created or been refused a partition since, the controller may have moved a
         leader)."""
+        await self._reload_topic(name)
+        return self._topic_info(name)
+
+    async def placement(self, name: str) -> TopicPlacement:
+        """One topic read afresh, as ``topic`` reads it, without a model per partition."""
+        await self._reload_topic(name)
+        return self._placement(name)
+
+    async def _reload_topic(self, name: str) -> None:
         topic_rows, rows = await self._db.run(_load_topic, name)
         if not topic_rows:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         self._load(topic_rows, rows)
-        return self._topic_info(name)
 
     def _topic_info(self, name: str) -> TopicInfo:
         topic = self._topics[name]
@@ -386,6 +403,21 @@ class Metadata:
     async def all_topics(self) -> list[TopicInfo]:
         await self.refresh()
         return [self._topic_info(name) for name in sorted(self._topics)]
+
+    def cached_placements(self) -> list[TopicPlacement]:
+        """Every topic as the cache holds it now (read again every
+        ``metadata_refresh_ms``), by name: for a view of the whole cluster on every
+        request (the console's topics page), which with thousands of partitions cannot
+        afford ``all_topics``' database read and a model per partition."""
+        return [self._placement(name) for name in sorted(self._topics)]
+
+    def _placement(self, name: str) -> TopicPlacement:
+        topic = self._topics[name]
+        places = tuple(
+            (p, cached) for p in range(topic.partitions)
+            if (cached := self._partitions.get((name, p))) is not None
+        )  # fmt: skip
+        return TopicPlacement(name, topic, places)
 
     # --- creation ------------------------------------------------------------------------
 

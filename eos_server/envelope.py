@@ -83,16 +83,20 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[str], None] | None 
     app.add_exception_handler(Exception, on_unexpected)
 
 
-def error_responses(*codes: str) -> dict[int | str, dict[str, Any]]:
+def error_responses(*codes: str, validated: bool = True) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses=`` for an operation that may answer with these codes.
 
     Each status gets the error envelope as its schema, the codes it may carry in its
-    description and one example per code. Schema validation (422 ``INVALID_REQUEST``) is
-    always listed, and so is 400 ``INVALID_REQUEST`` (``RequestShape`` may refuse any
-    request before it reaches a route).
+    description and one example per code. 400 ``INVALID_REQUEST`` is always listed
+    (``RequestShape`` may refuse any request before it reaches a route), and so is schema
+    validation (422 ``INVALID_REQUEST``) unless ``validated`` is false: an operation with
+    no parameter and no body (``/healthz``, ``/metrics``) has nothing to validate, and
+    listing a 422 it can never answer would mislead a client's error handling.
     """
     # 400: any request may be refused by ``RequestShape`` (non-UTF-8 escapes, huge headers)
-    by_status: dict[int, list[str]] = {400: ["INVALID_REQUEST"], 422: ["INVALID_REQUEST"]}
+    by_status: dict[int, list[str]] = {400: ["INVALID_REQUEST"]}
+    if validated:
+        by_status[422] = ["INVALID_REQUEST"]
     for code in codes:
         status = CATALOGUE[code].http_status
         found = by_status.setdefault(status, [])

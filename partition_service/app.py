@@ -24,8 +24,17 @@ from eos_server import fastpath
 from eos_server.envelope import install_error_handlers
 from eos_server.internal import internal_token_checker
 from eos_server.middleware import NATIVE_TELEMETRY_OFF, BodyLimit, RequestShape
+from eos_server.openapi import Server, install_document
 from partition_service.acls import AclFetcher
-from partition_service.api import groups, health, internal, records, replica_batches, replicas
+from partition_service.api import (
+    groups,
+    health,
+    internal,
+    listing,
+    records,
+    replica_batches,
+    replicas,
+)
 from partition_service.context import NodeContext
 from partition_service.coordinators import CoordinatorPool
 from partition_service.group_commit import Durability
@@ -43,6 +52,21 @@ from partition_service.verification import (
 )
 
 log = logging.getLogger("eos.node")
+
+_DEFAULTS = NodeSettings.model_fields
+_HOST = _DEFAULTS["host"].default
+#: Where a storage node listens unless told otherwise, and where ``eos up`` puts node 1
+#: (node N on its port base + 10 + N: 8091, 8092, ... with the default base of 8080).
+SERVERS: list[Server] = [
+    {
+        "url": f"http://{_HOST}:{_DEFAULTS['port'].default}",
+        "description": "A storage node on its default address.",
+    },
+    {
+        "url": f"http://{_HOST}:8091",
+        "description": "Node 1 of `eos up`'s local cluster (node N listens on 8090 + N).",
+    },
+]
 
 
 def build_verifier(settings: NodeSettings, pool: CoordinatorPool) -> TransactionVerifier:
@@ -145,11 +169,12 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
         lifespan=lifespan,
         telemetry=NATIVE_TELEMETRY_OFF,
     )
+    install_document(app, SERVERS)
     app.state.node = context
     app.state.internal_check = internal_token_checker(settings.internal_token)
     install_error_handlers(app, lambda code: context.metrics.errors.labels(code).inc())
     for router in (
-        records.router, groups.router, internal.router, replicas.router,
+        records.router, listing.router, groups.router, internal.router, replicas.router,
         replica_batches.router, health.router,
     ):
         app.include_router(router)

@@ -9,12 +9,17 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from coordinator_service.api.deps import ServicesDep
 from eos_protocol.common import Health
+from eos_server.envelope import error_responses
 
 router = APIRouter(tags=["health"])
 
 
 @router.get(
-    "/healthz", operation_id="health", summary="The process answers", response_model=Health
+    "/healthz",
+    operation_id="health",
+    summary="The process answers",
+    response_model=Health,
+    responses=error_responses(validated=False),
 )
 async def healthz() -> Health:
     return Health(status="ok")
@@ -25,7 +30,10 @@ async def healthz() -> Health:
     operation_id="ready",
     summary="Leases taken and loaded",
     response_model=Health,
-    responses={503: {"model": Health, "description": "Still loading its leases."}},
+    responses={
+        **error_responses(validated=False),
+        503: {"model": Health, "description": "Still loading its leases."},
+    },
 )
 async def readyz(services: ServicesDep) -> Health | JSONResponse:
     """Ready once the first lease round has taken and loaded this instance's share, and
@@ -42,7 +50,10 @@ async def readyz(services: ServicesDep) -> Health | JSONResponse:
     operation_id="metrics",
     summary="Prometheus metrics (text format)",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        **error_responses(validated=False),
+    },
 )
 async def metrics(services: ServicesDep) -> Response:
     services.metrics.refresh(

@@ -51,6 +51,9 @@ SECURITY_HEADERS = {
     "cache-control": "no-store",
 }
 
+#: The heading of an error page, by status (any other: "Refused").
+ERROR_TITLES = {400: "Bad request", 404: "Not found"}
+
 #: What a page adds to the frame: its own rows, gathered as the viewer.
 Gather = Callable[[Services, snapshot.Viewer], Awaitable[dict[str, Any]]]
 
@@ -157,14 +160,23 @@ def frame(
 
 
 async def page_response(
-    request: Request, services: Services, page: str, title: str, gather: Gather
+    request: Request, services: Services, page: str, title: str, gather: Gather,
+    *, template: str | None = None, back: str = "/console",
 ) -> Response:
-    """A page (or with ``?fragment=1`` its content alone) with the viewer's rows."""
+    """A page (or with ``?fragment=1`` its content alone) with the viewer's rows.
+
+    ``page`` is the navigation entry it belongs to, ``template`` its template when not
+    ``{page}.html``. A ``ConsoleRefusal`` from ``gather`` (an unknown topic, a page past
+    the last) becomes an error page with its status and a link to ``back``.
+    """
     session = session_of(request)
     context = frame(request, services, session, page, title)
-    context.update(await gather(services, session.viewer))
+    try:
+        context.update(await gather(services, session.viewer))
+    except ConsoleRefusal as refusal:
+        return refused_response(request, services, refusal, back)
     fragment = request.query_params.get("fragment") == "1"
-    response = html(render(f"{page}.html", context, fragment=fragment))
+    response = html(render(template or f"{page}.html", context, fragment=fragment))
     keep_csrf(response, request, session)
     return response
 
@@ -172,9 +184,9 @@ async def page_response(
 def refused_response(
     request: Request, services: Services, refusal: ConsoleRefusal, back: str
 ) -> Response:
-    """A refused form as a page with the refusal's status (403, 400, ...)."""
+    """A refused form or page as a page with the refusal's status (403, 404, 400, ...)."""
     session = session_of(request)
-    context = frame(request, services, session, "", "Refused")
+    context = frame(request, services, session, "", ERROR_TITLES.get(refusal.status, "Refused"))
     context.update(message=refusal.message, back=back, notice=None)
     response = html(render("error.html", context), refusal.status)
     keep_csrf(response, request, session)

@@ -1,4 +1,5 @@
-"""The console's routes: three pages, their fragments, login, and the two abort forms.
+"""The console's routes: the cluster, topics (and each topic's) and transactions pages,
+their fragments, login, and the two abort forms.
 
 Pages are GETs that change nothing; the forms are POSTs that need the CSRF token
 (``session.py``) and then go through the coordinator's own API, called in-process with the
@@ -20,7 +21,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
 
 from coordinator_service.api.deps import ServicesDep
-from coordinator_service.console import render, snapshot
+from coordinator_service.console import render, snapshot, topics
 from coordinator_service.console.session import (
     ConsoleRefusal,
     check_csrf,
@@ -53,8 +54,20 @@ async def _cluster(services: Services, viewer: snapshot.Viewer) -> dict[str, Any
             "nodes": nodes}
 
 
-async def _topics(services: Services, viewer: snapshot.Viewer) -> dict[str, Any]:
-    return {"partitions": await snapshot.partitions_view(services, viewer)}
+def _page_number(request: Request) -> int:
+    """``?page=``: a whole number from 1 (1 when absent), else a 400 page."""
+    text = request.query_params.get("page", "1")
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:
+        raise ConsoleRefusal(400, f"Bad page number {text!r}: pages are numbered from 1.")
+    return int(text)
+
+
+def _flag(request: Request, name: str) -> bool:
+    """``?name=1`` on, ``0`` or absent off, anything else a 400 page."""
+    text = request.query_params.get(name, "0")
+    if text not in ("0", "1"):
+        raise ConsoleRefusal(400, f"Bad value {text!r} for {name}: 1 (yes) or 0 (no).")
+    return text == "1"
 
 
 @router.get("")
@@ -65,8 +78,36 @@ async def cluster_page(request: Request, services: ServicesDep) -> Response:
 
 @router.get("/topics")
 async def topics_page(request: Request, services: ServicesDep) -> Response:
-    """Partitions with leader, ISR, high watermark, LSO and LSO lag, and their producers."""
-    return await render.page_response(request, services, "topics", "Topics", _topics)
+    """Topics with partition count, replication factor, under-replicated and offline
+    partitions and LSO lag; internal topics only with ``?internal=1``."""
+    try:
+        page, show_internal = _page_number(request), _flag(request, "internal")
+    except ConsoleRefusal as refusal:
+        return render.refused_response(request, services, refusal, "/console/topics")
+
+    async def gather(services: Services, viewer: snapshot.Viewer) -> dict[str, Any]:
+        view = await topics.topics_view(services, viewer, page=page,
+                                        show_internal=show_internal)
+        return {"view": view}
+
+    return await render.page_response(request, services, "topics", "Topics", gather,
+                                      back="/console/topics")
+
+
+@router.get("/topics/{name}")
+async def topic_page(name: str, request: Request, services: ServicesDep) -> Response:
+    """One topic's partitions, a page at a time: leader, replicas, ISR, offsets, LSO lag
+    and producers."""
+    try:
+        page = _page_number(request)
+    except ConsoleRefusal as refusal:
+        return render.refused_response(request, services, refusal, "/console/topics")
+
+    async def gather(services: Services, viewer: snapshot.Viewer) -> dict[str, Any]:
+        return {"view": await topics.topic_view(services, viewer, name, page=page)}
+
+    return await render.page_response(request, services, "topics", name, gather,
+                                      template="topic.html", back="/console/topics")
 
 
 @router.get("/transactions")

@@ -1,11 +1,12 @@
 """What the console shows, gathered for one page view.
 
 Each page asks for its own part of the picture: the cluster page reads the coordinator
-instances, the lease rows and the storage nodes' health; the topics page the partitions,
-their offsets and their producers; the transactions page the coordinator's records and the
-hanging-transaction report. Everything is read as the caller: lists are filtered by the
-same ACLs as the API, and the storage nodes are asked with the caller's own token, so the
-console shows nothing its user could not read with ``curl``.
+instances, the lease rows and the storage nodes' health; the topics pages the partitions,
+their offsets and their producers (``topics.py``, one request per storage node); the
+transactions page the coordinator's records and the hanging-transaction report.
+Everything is read as the caller: lists are filtered by the same ACLs as the API, and the
+storage nodes are asked with the caller's own token, so the console shows nothing its user
+could not read with ``curl``.
 
 A storage node that is down must not take the page with it: every node is asked
 concurrently, each with a short timeout (``NODE_TIMEOUT_S``), and a failed answer becomes
@@ -29,9 +30,6 @@ from coordinator_service.db.schema import coordinator_instances, leases, node_he
 from coordinator_service.services import Services
 from coordinator_service.transactions.state import TxnRecord
 from eos_protocol.acl import CLUSTER_RESOURCE, Operation, ResourceType
-from eos_protocol.errors import EosError
-from eos_protocol.paths import join
-from eos_protocol.replication import NO_LEADER
 from eos_protocol.states import TransactionState
 
 #: How long a page waits for any one storage node: a node slower than this is shown as
@@ -98,38 +96,6 @@ class NodeRow:
 
 
 @dataclass(frozen=True)
-class ProducerRow:
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    coordinator_epoch: int
-    current_txn_start_offset: int | None
-    last_timestamp_ms: int
-
-
-@dataclass(frozen=True)
-class PartitionRow:
-    topic: str
-    partition: int
-    leader: int
-    leader_url: str
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    log_start_offset: int | None
-    high_watermark: int | None
-    last_stable_offset: int | None
-    producers: tuple[ProducerRow, ...]
-    error: str | None
-
-    @property
-    def lso_lag(self) -> int | None:
-        """Records written but not yet readable by a read_committed consumer: HW - LSO."""
-        if self.high_watermark is None or self.last_stable_offset is None:
-            return None
-        return self.high_watermark - self.last_stable_offset
-
-
-@dataclass(frozen=True)
 class TransactionRow:
     transactional_id: str
     producer_id: int
@@ -165,7 +131,7 @@ class HangingReport:
     error: str | None
 
 
-async def _ask(
+async def ask(
     limit: asyncio.Semaphore, call: Callable[[], Awaitable[httpx.Response]]
 ) -> tuple[httpx.Response | None, str | None, int]:
     """One node request: the answer or why there is none, and how long it took (the
@@ -185,7 +151,7 @@ def _elapsed_ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
 
 
-def _refusal(answer: httpx.Response) -> str:
+def refusal_of(answer: httpx.Response) -> str:
     """The error envelope's message, or the bare status when the body is not one."""
     try:
         error = answer.json()["error"]
@@ -264,7 +230,7 @@ async def _node_health(services: Services, beats: dict[int, int], now_ms: int) -
     ids = sorted(urls)
     limit = asyncio.Semaphore(NODE_CONCURRENCY)
     answers = await asyncio.gather(*(
-        _ask(limit, partial(services.http.get, f"{urls[n]}/readyz", timeout=NODE_TIMEOUT_S))
+        ask(limit, partial(services.http.get, f"{urls[n]}/readyz", timeout=NODE_TIMEOUT_S))
         for n in ids
     ))
     rows = []
@@ -290,79 +256,6 @@ def _status_field(answer: httpx.Response) -> str | None:
     except (ValueError, AttributeError):
         return None
     return str(status) if status else None
-
-
-# --- the topics page -----------------------------------------------------------------------
-
-
-async def partitions_view(services: Services, viewer: Viewer) -> list[PartitionRow]:
-    """Every partition the viewer may describe, with the leader's offsets and producers."""
-    md = services.metadata
-    topics = [
-        t for t in await md.all_topics()
-        if services.access.allowed(viewer.principal, ResourceType.TOPIC, t.name,
-                                   Operation.DESCRIBE)
-    ]  # fmt: skip
-    places = [(t.name, p) for t in topics for p in t.partitions]
-    limit = asyncio.Semaphore(NODE_CONCURRENCY)
-    answers = await asyncio.gather(*(
-        _partition_state(services, viewer, limit, name, p.partition, p.leader.node_id,
-                         p.leader.url)
-        for name, p in places
-    ))
-    rows = []
-    for (name, p), (offsets, producers, error) in zip(places, answers, strict=True):
-        rows.append(PartitionRow(
-            topic=name, partition=p.partition, leader=p.leader.node_id,
-            leader_url=p.leader.url, replicas=tuple(p.replicas), isr=tuple(p.isr),
-            log_start_offset=offsets.get("log_start_offset"),
-            high_watermark=offsets.get("high_watermark"),
-            last_stable_offset=offsets.get("last_stable_offset"),
-            producers=producers, error=error,
-        ))  # fmt: skip
-    return rows
-
-
-async def _partition_state(
-    services: Services, viewer: Viewer, limit: asyncio.Semaphore, topic: str, partition: int,
-    leader: int, url: str,
-) -> tuple[dict[str, int], tuple[ProducerRow, ...], str | None]:
-    """The leader's offsets and DescribeProducers answer, both asked at once."""
-    if leader == NO_LEADER or not url:
-        return {}, (), "no live leader"
-    try:
-        base = join(f"{url}/v1/partitions", topic, partition)
-    except EosError as exc:  # a name no path can carry
-        return {}, (), str(exc)
-    (offsets, o_error, _), (producers, p_error, _) = await asyncio.gather(
-        _ask(limit, partial(services.http.get, f"{base}/offsets", headers=viewer.headers(),
-                            timeout=NODE_TIMEOUT_S)),
-        _ask(limit, partial(services.http.get, f"{base}/producers",
-                            headers=viewer.headers(), timeout=NODE_TIMEOUT_S)),
-    )  # fmt: skip
-    if offsets is None:
-        return {}, (), f"leader {leader} {o_error}"
-    if offsets.status_code != 200:
-        return {}, (), _refusal(offsets)
-    numbers = {k: int(v) for k, v in offsets.json().items() if isinstance(v, int)}
-    found: tuple[ProducerRow, ...] = ()
-    error = None
-    if producers is not None and producers.status_code == 200:
-        found = tuple(
-            ProducerRow(
-                producer_id=int(e["producer_id"]), producer_epoch=int(e["producer_epoch"]),
-                last_sequence=int(e["last_sequence"]),
-                coordinator_epoch=int(e["coordinator_epoch"]),
-                current_txn_start_offset=e.get("current_txn_start_offset"),
-                last_timestamp_ms=int(e["last_timestamp_ms"]),
-            )
-            for e in producers.json().get("producers", [])
-        )
-    elif producers is None:
-        error = f"producers: {p_error}"
-    else:
-        error = f"producers: {_refusal(producers)}"
-    return numbers, found, error
 
 
 # --- the transactions page -----------------------------------------------------------------

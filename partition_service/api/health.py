@@ -14,7 +14,11 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get(
-    "/healthz", operation_id="health", summary="The process is up", response_model=Health
+    "/healthz",
+    operation_id="health",
+    summary="The process is up",
+    response_model=Health,
+    responses=error_responses(validated=False),
 )
 async def healthz() -> Health:
     """The process is up."""
@@ -47,7 +51,10 @@ async def readyz(node: Node) -> Health:
     operation_id="metrics",
     summary="Prometheus metrics (text format)",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}},
+        **error_responses(validated=False),
+    },
 )
 async def metrics(node: Node) -> Response:
     """Prometheus text format."""

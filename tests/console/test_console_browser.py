@@ -4,8 +4,11 @@ Against one cluster with authentication on and PostgreSQL: the pages load behind
 login form; the numbers on them are the API's (high watermark, LSO and its lag, the state
 of an open transaction, the producers); the live refresh brings a change in without a
 reload; the abort button aborts and the page shows it; a read-only principal gets no
-button and a forged form is refused with 403; a storage node that is down shows as down
-while the pages still render. Chromium that cannot start fails the module, never skips it.
+button and a forged form is refused with 403; the topics list hides the internal topics
+until asked and links each topic's page; a storage node that is down shows as down while
+the pages still render. The storage nodes' partition list, which the topics pages read
+with the viewer's token, is checked against the ACLs here too. Chromium that cannot start
+fails the module, never skips it.
 
 ``EOS_CONSOLE_SCREENSHOTS=<dir>`` saves a PNG of each main page there as the tests pass
 (docs/console/ holds the ones of docs/console.md).
@@ -20,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
@@ -158,7 +162,7 @@ def settled_offsets(page: Page, cluster: Cluster, topic: str, partition: int
 
     def read() -> tuple[dict[str, int], dict[str, str], dict[str, int]]:
         before = api_offsets(cluster, topic, partition)
-        page.goto("/console/topics")
+        page.goto(f"/console/topics/{topic}")
         shown = cells(page, partition_row(topic, partition))
         return before, shown, api_offsets(cluster, topic, partition)
 
@@ -179,6 +183,10 @@ def cells(page: Page, row: str) -> dict[str, str]:
 
 def partition_row(topic: str, partition: int) -> str:
     return f'#partitions tr[data-topic="{topic}"][data-partition="{partition}"]'
+
+
+def topic_row(topic: str) -> str:
+    return f'#topics tr[data-topic="{topic}"]'
 
 
 def test_cluster_page_shows_coordinators_leases_and_nodes(browser: Browser, cluster: Cluster
@@ -223,6 +231,13 @@ def test_numbers_match_the_api_and_refresh_live(browser: Browser, cluster: Clust
         producers = cells(page, f'#producers tr[data-topic="{topic}"]'
                                 f'[data-producer-id="{described["producer_id"]}"]')
         assert producers["txn-start"] == str(offsets["last_stable_offset"])
+        shoot(page, "topic")
+
+        # the list: one row for the topic, its LSO lag the sum of its partitions'
+        page.goto("/console/topics")
+        listed = cells(page, topic_row(topic))
+        assert listed["partitions"] == "2" and listed["offline"] == "0"
+        assert listed["lag"] == str(lag)  # partition 1 has no open transaction
         shoot(page, "topics")
 
         page.goto("/console/transactions")
@@ -231,8 +246,8 @@ def test_numbers_match_the_api_and_refresh_live(browser: Browser, cluster: Clust
         assert f"{topic}/0" in row["partitions"]
         shoot(page, "transactions")
 
-        # the live refresh: the transaction commits while the topics page stays open
-        page.goto("/console/topics")
+        # the live refresh: the transaction commits while the topic's page stays open
+        page.goto(f"/console/topics/{topic}")
         producer.commit_transaction()
         after = poll(lambda: cells(page, partition_row(topic, 0)),
                      lambda c: c["lag"] == "0", "the LSO lag to fall to 0 without a reload")
@@ -241,6 +256,88 @@ def test_numbers_match_the_api_and_refresh_live(browser: Browser, cluster: Clust
         context.close()
     finally:
         producer.close()
+
+
+def test_topics_list_hides_internal_topics_until_asked_and_links_each_topic(
+    browser: Browser, cluster: Cluster
+) -> None:
+    topic = cluster.create_topic(partitions=3, prefix="console")
+    context = log_in(browser, cluster, "admin")
+    page = context.new_page()
+    page.goto("/console/topics")
+    assert page.locator(topic_row("__consumer_offsets")).count() == 0
+    assert cells(page, topic_row(topic))["partitions"] == "3"
+    page.click("#internal-toggle")
+    page.wait_for_url("**/console/topics?internal=1")
+    internal = cells(page, topic_row("__consumer_offsets"))
+    offsets_topic = api(cluster, "/v1/topics/__consumer_offsets")
+    assert internal["partitions"] == str(len(offsets_topic["partitions"]))
+    assert "internal" in internal["topic"]
+    names = page.locator("#topics tbody tr").evaluate_all(
+        "rows => rows.map(r => r.dataset.topic)")
+    assert names == sorted(names)  # by name, the internal topic among the others
+    page.click("#internal-toggle")
+    page.wait_for_url("**/console/topics")
+    assert page.locator(topic_row("__consumer_offsets")).count() == 0
+
+    page.click(f'{topic_row(topic)} td.topic a')
+    page.wait_for_url(f"**/console/topics/{topic}")
+    assert page.locator("#partitions tbody tr").count() == 3
+    assert page.locator("#topic-name").inner_text() == topic
+    answer = page.goto("/console/topics/no-such-topic")
+    assert answer is not None and answer.status == 404
+    assert "No topic" in page.locator("#refusal").inner_text()
+    context.close()
+
+
+def test_a_node_lists_only_the_partitions_the_caller_may_describe(cluster: Cluster) -> None:
+    """The storage nodes' own list (``GET /v1/partitions``), which the topics pages read
+    with the viewer's token: filtered by describe on each topic, like the metadata."""
+    seen, hidden = (cluster.create_topic(partitions=4, prefix="listed") for _ in range(2))
+    rule = {"principal": "User:writer", "resource_type": "topic", "resource_name": seen,
+            "pattern_type": "literal", "operation": "describe", "permission": "allow"}
+    with cluster.client("admin") as admin:
+        assert admin.post("/v1/acls", json={"acls": [rule]}).status_code == 201
+    nodes = [n["url"] for n in api(cluster, "/v1/metadata")["nodes"]]
+
+    def listed(role: str, node: str, **params: str) -> httpx.Response:
+        with cluster.client(role, base_url=node) as client:
+            return client.get("/v1/partitions", params=params)
+
+    def held(role: str) -> set[tuple[str, int]]:
+        found = set()
+        for node in nodes:
+            answer = listed(role, node)
+            assert answer.status_code == 200, answer.text
+            found |= {(p["topic"], p["partition"]) for p in answer.json()["partitions"]}
+        return found
+
+    every = {(t, p) for t in (seen, hidden) for p in range(4)}
+    poll(lambda: held("writer"), lambda h: {(seen, p) for p in range(4)} <= h,
+         "the rule to reach the nodes")
+    assert {t for t, _ in held("writer")} == {seen}
+    assert every <= held("admin")
+    refused = listed("writer", nodes[0], topic=hidden)
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "TOPIC_AUTHORIZATION_FAILED"
+    nobody = listed("outsider", nodes[0])
+    assert nobody.status_code == 403
+    assert nobody.json()["error"]["code"] == "CLUSTER_AUTHORIZATION_FAILED"
+    with cluster.client("writer") as console:  # the console takes the header too
+        assert console.get(f"/console/topics/{seen}").status_code == 200
+        page = console.get(f"/console/topics/{hidden}")
+        assert page.status_code == 403 and "may not describe topic" in page.text
+        listing = console.get("/console/topics").text
+        assert f'data-topic="{seen}"' in listing and f'data-topic="{hidden}"' not in listing
+
+    leader = api(cluster, f"/v1/topics/{seen}")["partitions"][2]["leader"]["url"]
+    answer = listed("writer", leader, topic=seen, first_partition="2", last_partition="2",
+                    producers="true")
+    [row] = answer.json()["partitions"]
+    assert (row["topic"], row["partition"], row["leader"]) == (seen, 2, True)
+    assert row["producers"] == [] and row["producer_count"] == 0
+    offsets = api(cluster, f"/v1/partitions/{seen}/2/offsets", base_url=leader)
+    assert {k: row[k] for k in offsets} == offsets
 
 
 def test_abort_button_aborts_and_the_page_shows_it(browser: Browser, cluster: Cluster) -> None:
@@ -415,7 +512,14 @@ def test_a_node_that_is_down_shows_as_down_and_the_pages_render(
     assert cells(page, '#nodes tr[data-node-id="1"]')["status"] == "ready"
     shoot(page, "cluster-node-down")
     page.goto("/console/topics")
+    led_by_2 = [p for p in api(cluster, f"/v1/topics/{topic}")["partitions"]
+                if p["leader"]["node_id"] == 2]
+    listed = cells(page, topic_row(topic))
+    assert f"({len(led_by_2)} partition" in listed["lag"]  # unread, not a failed page
+    assert page.locator('#node-errors li[data-node-id="2"]').count() == 1
+    page.goto(f"/console/topics/{topic}")
     rows = page.locator(f'#partitions tr[data-topic="{topic}"]')
     assert rows.count() == 2
     assert page.locator(f'#partitions tr[data-topic="{topic}"] td.hw', has_text="—").count() >= 1
+    shoot(page, "topic-node-down")
     context.close()

@@ -21,12 +21,15 @@ from coordinator_service.console.session import (
     check_csrf,
     check_origin,
 )
-from coordinator_service.console.snapshot import (
-    HangingReport,
+from coordinator_service.console.snapshot import HangingReport, TransactionRow, hanging_report
+from coordinator_service.console.topics import (
+    NodeError,
+    Paging,
     PartitionRow,
     ProducerRow,
-    TransactionRow,
-    hanging_report,
+    TopicRow,
+    TopicsView,
+    TopicView,
 )
 from eos_protocol.coordinator import CreateTopicRequest
 from eos_security.access import CONSOLE_COOKIE, AccessControl, Authentication, principal_of
@@ -110,6 +113,12 @@ def test_the_fragment_is_the_content_block_alone() -> None:
     assert fragment.strip() in whole
 
 
+def _topic(name: str = "orders", **counts: int) -> TopicRow:
+    values = {"partitions": 2, "replication_factor": 2, "under_replicated": 0, "offline": 0,
+              "lso_lag": 0, "unread": 0, **counts}
+    return TopicRow(name=name, internal=name.startswith("__"), **values)
+
+
 def test_partition_numbers_render_as_the_api_answers_them() -> None:
     producer = ProducerRow(producer_id=4, producer_epoch=0, last_sequence=9,
                            coordinator_epoch=1, current_txn_start_offset=1234567,
@@ -123,7 +132,10 @@ def test_partition_numbers_render_as_the_api_answers_them() -> None:
                      isr=(), log_start_offset=None, high_watermark=None,
                      last_stable_offset=None, producers=(), error="no live leader"),
     ]  # fmt: skip
-    html = render.render("topics.html", _base(page="topics", partitions=rows))
+    view = TopicView(topic=_topic(under_replicated=1, offline=1, lso_lag=3, unread=1),
+                     min_insync_replicas=1, partitions=rows,
+                     paging=Paging(1, 200, 2, "/console/topics/orders"))
+    html = render.render("topic.html", _base(page="topics", view=view))
     row0 = html.split('data-partition="0"', 1)[1].split("</tr>", 1)[0]
     assert '<td class="num hw">1234570</td>' in row0
     assert '<td class="num lso">1234567</td>' in row0
@@ -132,6 +144,58 @@ def test_partition_numbers_render_as_the_api_answers_them() -> None:
     row1 = html.split('data-partition="1"', 1)[1].split("</tr>", 1)[0]
     assert '<td class="num hw">—</td>' in row1 and "none" in row1 and "no live leader" in row1
     assert 'data-producer-id="4"' in html and ">1234567<" in html
+    assert "1 under-replicated" in html and "1 offline" in html
+    assert 'class="pager"' in html and 'rel="next"' not in html  # one page only
+
+
+def test_the_topic_list_sums_and_flags_and_hides_internal_topics_behind_a_toggle() -> None:
+    topics = [
+        _topic("orders", partitions=5000, lso_lag=42, under_replicated=3),
+        _topic("payments", offline=1, unread=2),
+    ]
+    view = TopicsView(topics=topics, paging=Paging(1, 100, 2, "/console/topics"),
+                      show_internal=False, internal_count=1,
+                      node_errors=[NodeError(2, "http://n2", EVIL)])
+    html = render.render("topics.html", _base(page="topics", view=view))
+    _no_raw_markup(html)  # a node's error message is escaped too
+    orders = html.split('data-topic="orders"', 1)[1].split("</tr>", 1)[0]
+    assert 'href="/console/topics/orders"' in orders
+    assert '<td class="num partitions">5000</td>' in orders
+    assert '<td class="num lag">42</td>' in orders
+    assert 'class="num under-replicated short">3<' in orders
+    payments = html.split('data-topic="payments"', 1)[1].split("</tr>", 1)[0]
+    assert 'class="down"' in html.split('data-topic="payments"', 1)[1][:20]
+    assert "(2 partitions unread)" in payments and 'class="num offline short">1<' in payments
+    assert 'id="internal-toggle" href="/console/topics?internal=1"' in html
+    assert "Show internal topics (1)" in html
+    assert 'data-node-id="2"' in html.split('id="node-errors"', 1)[1]
+
+    shown = TopicsView(topics=[_topic("__consumer_offsets"), *topics],
+                       paging=Paging(1, 100, 3, "/console/topics", (("internal", "1"),)),
+                       show_internal=True, internal_count=1)
+    html = render.render("topics.html", _base(page="topics", view=shown))
+    assert 'id="internal-toggle" href="/console/topics"' in html
+    internal = html.split('data-topic="__consumer_offsets"', 1)[1].split("</tr>", 1)[0]
+    assert '<span class="tag">internal</span>' in internal
+    assert 'id="node-errors"' not in html
+
+
+def test_a_long_list_links_its_pages_keeping_its_parameters() -> None:
+    paging = Paging(7, 100, 2_000, "/console/topics", (("internal", "1"),))
+    assert (paging.pages, paging.start, paging.stop) == (20, 600, 700)
+    assert paging.window() == [1, None, 5, 6, 7, 8, 9, None, 20]
+    assert paging.href(1) == "/console/topics?internal=1"
+    assert paging.href(8) == "/console/topics?internal=1&page=8"
+    view = TopicsView(topics=[_topic()], paging=paging, show_internal=True, internal_count=1)
+    html = render.render("topics.html", _base(page="topics", view=view))
+    pager = html.split('class="pager"', 1)[1].split("</nav>", 1)[0]
+    assert "Topics 601\N{EN DASH}700 of 2000" in pager
+    assert 'rel="prev" href="/console/topics?internal=1&amp;page=6"' in pager
+    assert 'rel="next" href="/console/topics?internal=1&amp;page=8"' in pager
+    assert '<span class="current" aria-current="page">7</span>' in pager
+    last = Paging(3, 200, 401, "/console/topics/t")
+    assert (last.pages, last.start, last.stop, last.window()) == (3, 400, 401, [1, 2, 3])
+    assert Paging(1, 200, 0, "/console/topics/t").pages == 1
 
 
 @pytest.mark.parametrize(("ms", "text"), [

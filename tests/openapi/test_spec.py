@@ -9,14 +9,20 @@ from typing import Any
 import pytest
 from openapi_spec_validator import validate
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 from typer.testing import CliRunner
 
 from eos_cli.main import app
 from eos_cli.openapi_command import render_spec as render_fresh
+from eos_protocol import acl as protocol_acl
 from eos_protocol import common as protocol_common
 from eos_protocol import coordinator as protocol_coordinator
 from eos_protocol import hanging as protocol_hanging
+from eos_protocol import listing as protocol_listing
 from eos_protocol import node as protocol_node
+from eos_protocol import replica as protocol_replica
+from eos_protocol import replication as protocol_replication
+from eos_protocol import versions as protocol_versions
 from eos_protocol.common import ErrorEnvelope
 from eos_protocol.errors import CATALOGUE
 from tests.openapi.conftest import DOCS
@@ -32,7 +38,7 @@ OPERATION_IDS = {
         "findCoordinator", "createTopic", "describeTopic", "getMetadata", "allocateProducerId",
         "getProducerTransaction", "addProducerPartition", "health", "ready", "metrics",
         "listAcls", "createAcls", "deleteAcls", "getAclSnapshot", "getLiveCoordinators",
-        "nodeHeartbeat", "alterPartition", "alterTopicConfig",
+        "nodeHeartbeat", "alterPartition", "alterPartitions", "alterTopicConfig",
         "listHangingTransactions", "abortHangingTransaction",
     },
     "node": {
@@ -41,6 +47,7 @@ OPERATION_IDS = {
         "writeTxnMarkers", "createPartition", "listNodePartitions", "health", "ready",
         "metrics", "replicaFetch", "epochEnd", "pushPartitionState", "listOpenTransactions",
         "createPartitions", "pushPartitionStates", "replicaFetchMany", "epochEnds",
+        "describeNodePartitions",
     },
 }
 
@@ -138,7 +145,10 @@ def test_cli_writes_the_document(tmp_path: Any) -> None:
 
 def _wire_models() -> list[type[BaseModel]]:
     found: list[type[BaseModel]] = []
-    for module in (protocol_common, protocol_coordinator, protocol_node, protocol_hanging):
+    for module in (
+        protocol_common, protocol_coordinator, protocol_node, protocol_hanging, protocol_acl,
+        protocol_replica, protocol_replication, protocol_versions, protocol_listing,
+    ):  # fmt: skip
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, BaseModel) and value not in found:
                 found.append(value)
@@ -151,6 +161,25 @@ def test_schema_examples_are_valid(model: type[BaseModel]) -> None:
     extra = model.model_config.get("json_schema_extra")
     for example in extra.get("examples", []) if isinstance(extra, dict) else []:
         model.model_validate(example)
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_schema_examples_are_the_models_own(service: str) -> None:
+    """A schema shows its model's examples as written, nulls included: FastAPI's encoder
+    drops every null, and an answer's nullable fields are there even when null."""
+    by_title = {
+        schema.get("title"): schema
+        for schema in json.loads(render_spec(service))["components"]["schemas"].values()
+    }
+    shown = 0
+    for model in _wire_models():
+        extra = model.model_config.get("json_schema_extra")
+        written = extra.get("examples") if isinstance(extra, dict) else None
+        schema = by_title.get(model.__name__)
+        if written and schema is not None:
+            assert schema.get("examples") == to_jsonable_python(written), model.__name__
+            shown += 1
+    assert shown
 
 
 @pytest.mark.parametrize("service", sorted(SERVICES))
