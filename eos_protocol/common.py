@@ -15,6 +15,9 @@ CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 MAX_ID_LENGTH = 249
 MAX_PARTITIONS_PER_TOPIC = 10_000
 SEQUENCE_MODULUS = 2**31  # sequences wrap at 2^31 - 1 like Kafka's
+#: The largest leader or partition epoch a request may name (Kafka's are 32-bit): an
+#: epoch past it could never be reached by bumps, and would not fit the answers' integers.
+MAX_EPOCH = 2**31 - 1
 MAX_PRODUCER_EPOCH = 32767  # a short, as in Kafka
 
 

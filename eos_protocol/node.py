@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from eos_protocol.common import (
+    MAX_EPOCH,
     MAX_ID_LENGTH,
     AnswerModel,
     IdString,
@@ -261,7 +262,7 @@ class GroupOffsetsResponse(AnswerModel):
 class Marker(WireModel):
     producer_id: ProducerId
     producer_epoch: ProducerEpoch
-    coordinator_epoch: int = Field(ge=0)
+    coordinator_epoch: int = Field(ge=0, le=MAX_EPOCH)
     result: MarkerResult
     partitions: list[TopicPartition] = Field(min_length=1)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from eos_protocol.common import (
+    MAX_EPOCH,
     AnswerModel,
     Offset,
     PartitionIndex,
@@ -31,7 +32,9 @@ class ReplicaFetchRequest(WireModel):
     replica_id: int = Field(ge=0, description="The follower's node id.")
     topic: TopicName
     partition: PartitionIndex
-    leader_epoch: int = Field(ge=0, description="The leader epoch the follower follows.")
+    leader_epoch: int = Field(
+        ge=0, le=MAX_EPOCH, description="The leader epoch the follower follows."
+    )
     fetch_offset: Offset = Field(description="The follower's log end offset.")
     max_bytes: int = Field(default=1 << 20, ge=1, le=64 << 20)
     max_wait_ms: int = Field(default=500, ge=0, le=30_000)
@@ -62,7 +65,9 @@ class ReplicaFetchPartition(WireModel):
 
     topic: TopicName
     partition: PartitionIndex
-    leader_epoch: int = Field(ge=0, description="The leader epoch the follower follows.")
+    leader_epoch: int = Field(
+        ge=0, le=MAX_EPOCH, description="The leader epoch the follower follows."
+    )
     fetch_offset: Offset = Field(description="The follower's log end offset.")
     max_bytes: int = Field(default=1 << 20, ge=1, le=64 << 20,
                            description="At most about this much of this partition.")  # fmt: skip
@@ -121,8 +126,8 @@ class ReplicaFetchManyHeader(AnswerModel):
 class EpochEndQuestion(WireModel):
     topic: TopicName
     partition: PartitionIndex
-    epoch: int = Field(ge=-1, description="The follower's latest epoch.")
-    leader_epoch: int = Field(ge=0, description="The epoch the follower follows.")
+    epoch: int = Field(ge=-1, le=MAX_EPOCH, description="The follower's latest epoch.")
+    leader_epoch: int = Field(ge=0, le=MAX_EPOCH, description="The epoch the follower follows.")
 
 
 class EpochEndsRequest(WireModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from eos_protocol.common import (
+    MAX_EPOCH,
     MAX_ID_LENGTH,
     AnswerModel,
     ErrorBody,
@@ -136,8 +137,8 @@ class PartitionStatePush(WireModel):
     )  # fmt: skip
 
     leader: int = Field(ge=NO_LEADER)
-    leader_epoch: int = Field(ge=0)
-    partition_epoch: int = Field(ge=0)
+    leader_epoch: int = Field(ge=0, le=MAX_EPOCH)
+    partition_epoch: int = Field(ge=0, le=MAX_EPOCH)
     replicas: list[int] = Field(min_length=1)
     isr: list[int] = Field(min_length=1)
     min_insync_replicas: int = Field(default=1, ge=1)
@@ -165,8 +166,8 @@ class PushedState(PartitionState):
     topic: str = Field(max_length=MAX_ID_LENGTH)
     partition: PartitionIndex
     leader: int = Field(ge=NO_LEADER, description="The leader's node id, -1 when none is alive.")
-    leader_epoch: int = Field(ge=0)
-    partition_epoch: int = Field(ge=0)
+    leader_epoch: int = Field(ge=0, le=MAX_EPOCH)
+    partition_epoch: int = Field(ge=0, le=MAX_EPOCH)
     replicas: list[int] = Field(min_length=1)
     isr: list[int] = Field(min_length=1)
     min_insync_replicas: int = Field(default=1, ge=1)
@@ -223,8 +224,8 @@ class AlterIsrRequest(WireModel):
     )
 
     leader: int = Field(ge=0)
-    leader_epoch: int = Field(ge=0)
-    partition_epoch: int = Field(ge=0)
+    leader_epoch: int = Field(ge=0, le=MAX_EPOCH)
+    partition_epoch: int = Field(ge=0, le=MAX_EPOCH)
     isr: list[int] = Field(min_length=1)
 
 
@@ -234,8 +235,8 @@ class IsrChange(WireModel):
 
     topic: TopicName
     partition: PartitionIndex
-    leader_epoch: int = Field(ge=0)
-    partition_epoch: int = Field(ge=0)
+    leader_epoch: int = Field(ge=0, le=MAX_EPOCH)
+    partition_epoch: int = Field(ge=0, le=MAX_EPOCH)
     isr: list[int] = Field(min_length=1)
 
 

@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
+from eos_protocol.common import MAX_EPOCH
 from eos_protocol.errors import InvalidRequestError, NotLeaderOrFollowerError
 from eos_protocol.replica import (
     FRAMES_MEDIA_TYPE,
@@ -112,8 +113,12 @@ async def epoch_end(
     topic: TopicPath,
     partition: PartitionPath,
     node: Node,
-    epoch: Annotated[int, Query(ge=-1, description="The follower's latest epoch.")],
-    leader_epoch: Annotated[int, Query(ge=0, description="The epoch the follower follows.")],
+    epoch: Annotated[
+        int, Query(ge=-1, le=MAX_EPOCH, description="The follower's latest epoch.")
+    ],
+    leader_epoch: Annotated[
+        int, Query(ge=0, le=MAX_EPOCH, description="The epoch the follower follows.")
+    ],
 ) -> Response:
     target = node.registry.get(topic, partition)
     if target.role.leader is None:
