@@ -31,6 +31,7 @@ from partition_service.api import (
     health,
     internal,
     listing,
+    produce_many,
     records,
     replica_batches,
     replicas,
@@ -174,12 +175,12 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
     app.state.internal_check = internal_token_checker(settings.internal_token)
     install_error_handlers(app, lambda code: context.metrics.errors.labels(code).inc())
     for router in (
-        records.router, listing.router, groups.router, internal.router, replicas.router,
-        replica_batches.router, health.router,
+        records.router, produce_many.router, listing.router, groups.router, internal.router,
+        replicas.router, replica_batches.router, health.router,
     ):
         app.include_router(router)
     # inside every middleware added below
-    fastpath.install(app, [*records.FAST_PATHS, *internal.FAST_PATHS])
+    fastpath.install(app, [*records.FAST_PATHS, *produce_many.FAST_PATHS, *internal.FAST_PATHS])
     app.add_middleware(BodyLimit, limit=settings.max_request_bytes)
     access_control.install(app, access, settings.internal_token)
     app.add_middleware(RequestShape)  # outermost: malformed requests stop here

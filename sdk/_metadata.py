@@ -206,6 +206,10 @@ def partition_path(tp: TopicPartition, action: str) -> str:
     return f"/v1/partitions/{segment(tp.topic)}/{segment(tp.partition)}/{action}"
 
 
+#: The multi-partition produce of a storage node (``eos_protocol.produce_many``).
+PRODUCE_MANY_PATH = "/v1/produce"
+
+
 def records_path(tp: TopicPartition) -> str:
     return partition_path(tp, "records")
 

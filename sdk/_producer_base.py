@@ -54,6 +54,11 @@ _PAYLOAD_TYPES = (str, bytes)
 _new_tuple = tuple.__new__
 
 
+#: How long a node that knew no multi-partition produce is sent one batch per request
+#: before it is asked again (it may have been upgraded meanwhile).
+SINGLE_BATCHES_FOR_S = 60.0
+
+
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -69,6 +74,9 @@ class Actions:
     init_producer_id: bool = False
     add_partitions: list[TopicPartition] = field(default_factory=list)
     batches: list[ProducerBatch] = field(default_factory=list)
+    #: ``batches`` as requests: (the node's URL, the batches of several partitions it
+    #: leads) for one ``POST /v1/produce``, or (None, [one batch]) for its own request.
+    requests: list[tuple[str | None, list[ProducerBatch]]] = field(default_factory=list)
     wake_at_ms: int | None = None
 
     @property
@@ -106,6 +114,8 @@ class ProducerCore:
         )
         self.closed = False
         self.init_in_flight = False
+        #: Nodes sent one batch per request until then (``single_batches_to``).
+        self._single_until: dict[str, float] = {}
         #: The transaction version init asks for: the configured one, or the highest the
         #: cluster speaks too, decided at init (``sdk._versions``).
         self.init_version = config.transaction_version or TRANSACTION_VERSION_1
@@ -316,7 +326,46 @@ class ProducerCore:
         actions.batches, actions.wake_at_ms = self.accumulator.drain(
             now, limit, txn.producer_id, txn.producer_epoch
         )
+        actions.requests = self.requests_for(actions.batches)
         return actions
+
+    def requests_for(
+        self, batches: list[ProducerBatch]
+    ) -> list[tuple[str | None, list[ProducerBatch]]]:
+        """The batches drained together, grouped by their leader node: one request per
+        node carries them all (Kafka's Produce request), up to ``max_request_bytes``. A
+        batch goes alone, to its partition's path, when it is its node's only one, when
+        its leader must be looked up first, or when the node is of an earlier release."""
+        by_node: dict[str, list[ProducerBatch]] = {}
+        alone: list[ProducerBatch] = []
+        now = time.monotonic()
+        for batch in batches:
+            try:
+                url = self.metadata.leader(batch.tp)
+            except Exception:
+                url = None  # the single produce meets the error again, and handles it
+            if url is None or self._single_until.get(url, 0.0) > now:
+                alone.append(batch)
+            else:
+                by_node.setdefault(url, []).append(batch)
+        requests: list[tuple[str | None, list[ProducerBatch]]] = [(None, [b]) for b in alone]
+        most = self.accumulator.max_request_bytes or MAX_REQUEST_BYTES
+        for url, group in by_node.items():
+            chunk: list[ProducerBatch] = []
+            size = 0
+            for batch in group:
+                if chunk and size + batch.size > most:
+                    requests.append((url, chunk) if len(chunk) > 1 else (None, chunk))
+                    chunk, size = [], 0
+                chunk.append(batch)
+                size += batch.size
+            requests.append((url, chunk) if len(chunk) > 1 else (None, chunk))
+        return requests
+
+    def single_batches_to(self, url: str) -> None:
+        """The node at ``url`` knows no multi-partition produce (an earlier release): send
+        it one batch per request, and ask again in ``SINGLE_BATCHES_FOR_S``."""
+        self._single_until[url] = time.monotonic() + SINGLE_BATCHES_FOR_S
 
     def on_producer_id(self, body: dict[str, Any]) -> None:
         """An idempotent producer's id (``POST /v1/producers``)."""

@@ -36,12 +36,25 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 from eos_protocol.coordinator import TRANSACTION_VERSION_1
-from eos_protocol.errors import InvalidRequestError, InvalidTxnStateError
+from eos_protocol.errors import (
+    InternalError,
+    InvalidRequestError,
+    InvalidTxnStateError,
+    NotFoundError,
+    error_for,
+)
 from eos_protocol.versions import PREVIOUS_RELEASE_FEATURES, ClusterFeatures
 from sdk._accumulator import FutureLike, ProducerBatch
 from sdk._config import USE_DEFAULT, TimeoutArg, resolve_timeout
 from sdk._errors import EosTimeoutError
-from sdk._metadata import find_coordinator_params, group_path, records_path, topic_path, txn_path
+from sdk._metadata import (
+    PRODUCE_MANY_PATH,
+    find_coordinator_params,
+    group_path,
+    records_path,
+    topic_path,
+    txn_path,
+)
 from sdk._producer_base import Body, ProducerCore, normalise_offsets
 from sdk._state import ProducerState
 from sdk._transport import MEMBERS_PARAMS, MEMBERS_PATH, Invalidate, Req
@@ -76,10 +89,12 @@ class Call:
 
 @dataclass(frozen=True)
 class Produce:
-    """One attempt of a batch's produce request: the sender reschedules a failed batch
-    itself (``ProducerCore.on_produce_error``), so that a partition keeps its order."""
+    """One attempt of a produce request: one batch to its partition's path, or the batches
+    of several partitions led by one node in one ``POST /v1/produce``. The sender
+    reschedules a failed batch itself (``ProducerCore.on_produce_error``), so that a
+    partition keeps its order."""
 
-    batch: ProducerBatch
+    batches: tuple[ProducerBatch, ...]
     url: str
     body: dict[str, Any]
 
@@ -253,12 +268,56 @@ def produce(core: ProducerCore, batch: ProducerBatch) -> Steps[None]:
             assert url is not None
         core.txn.on_batch_sent(batch.tp)
         body = yield Produce(
-            batch, url + records_path(batch.tp), batch.request_body(core.transactional)
+            (batch,), url + records_path(batch.tp), batch.request_body(core.transactional)
         )
     except Exception as exc:
         core.on_produce_error(batch, exc)
         return
     core.on_produce_ok(batch, body)
+
+
+def produce_many(core: ProducerCore, url: str, batches: list[ProducerBatch]) -> Steps[None]:
+    """Send the batches of several partitions led by the node at ``url`` in one request
+    (``POST /v1/produce``). Each batch's entry of the answer settles it as its own
+    request's answer would; an error of the whole request is every batch's error. A node
+    of an earlier release knows no such path (404, nothing written): it is sent one batch
+    per request for a while (``ProducerCore.single_batches_to``), these ones included."""
+    for batch in batches:
+        core.txn.on_batch_sent(batch.tp)
+    try:
+        answer = yield Produce(tuple(batches), url + PRODUCE_MANY_PATH, produce_many_body(
+            batches, core.transactional))  # fmt: skip
+        entries = answer["batches"]
+        if len(entries) != len(batches):
+            raise InternalError(f"{len(entries)} answers to {len(batches)} batches")
+    except NotFoundError:
+        core.single_batches_to(url)
+        for batch in batches:
+            yield from produce(core, batch)
+        return
+    except Exception as exc:
+        for batch in batches:
+            core.on_produce_error(batch, exc)
+        return
+    for batch, entry in zip(batches, entries, strict=True):
+        error = entry.get("error")
+        if error:
+            details = error.get("details")
+            core.on_produce_error(batch, error_for(
+                str(error.get("code")), str(error.get("message", "")),
+                details if isinstance(details, dict) else None,
+            ))  # fmt: skip
+        else:
+            core.on_produce_ok(batch, entry)
+
+
+def produce_many_body(batches: list[ProducerBatch], transactional: bool) -> dict[str, Any]:
+    return {
+        "batches": [
+            {"topic": b.tp.topic, "partition": b.tp.partition, **b.request_body(transactional)}
+            for b in batches
+        ]
+    }
 
 
 # --- the transactional calls -------------------------------------------------------------

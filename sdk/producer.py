@@ -182,8 +182,13 @@ class _SyncProducerBase:
         if actions.add_partitions:
             steps = calls.add_partitions(self._core, actions.add_partitions)
             self._add_future = self._pool.submit(self._background, steps)
-        for batch in actions.batches:
-            self._pool.submit(self._background, calls.produce(self._core, batch))
+        for url, batches in actions.requests:
+            steps = (
+                calls.produce(self._core, batches[0])
+                if url is None
+                else calls.produce_many(self._core, url, batches)
+            )
+            self._pool.submit(self._background, steps)
 
     def _background(self, steps: Steps[None]) -> None:
         """A request of the sender's, on a worker; then the sender looks at the queues,
@@ -214,9 +219,10 @@ class _SyncProducerBase:
         with self._cond:
             self._cond.notify()
 
-    def _on_wire(self, batch: ProducerBatch) -> None:
+    def _on_wire(self, batches: tuple[ProducerBatch, ...]) -> None:
         with self._cond:
-            self._core.on_wire(batch)
+            for batch in batches:
+                self._core.on_wire(batch)
             self._cond.notify()
 
     # --- the driver of the core's sequences ----------------------------------------------
@@ -252,9 +258,9 @@ class _SyncProducerBase:
                     invalidate=step.invalidate,
                 )
             case Produce():
-                batch = step.batch
+                batches = step.batches
                 return self._http.send_once(
-                    "POST", step.url, json=step.body, on_wire=lambda: self._on_wire(batch)
+                    "POST", step.url, json=step.body, on_wire=lambda: self._on_wire(batches)
                 )
             case Flush():
                 return self.flush(step.timeout_s)

@@ -55,7 +55,7 @@ async def produce_records(
     write on the topic."""
     await node.access.require(caller, ResourceType.TOPIC, topic, Operation.WRITE)
     target = node.registry.get(topic, partition)
-    return await _append(node, target, body, target.validate_rows(body), caller)
+    return _answer(await append_batch(node, target, body, target.validate_rows(body), caller))
 
 
 router.add_api_route(
@@ -111,19 +111,28 @@ async def produce_records_fast(call: FastCall[ProduceRequest]) -> ProduceRespons
         rows = target.validate_rows(body, body_bytes=len(call.raw))
         # Free the per-record models now, while the collector is paused.
         body = body.model_copy(update={"records": []})
-    return await _append(node, target, body, rows, caller)
+    return _answer(await append_batch(node, target, body, rows, caller))
 
 
 FAST_PATHS = (produce_records_fast,)
 
 
-async def _append(
+def _answer(result: AppendResult) -> ProduceResponse:
+    return ProduceResponse(
+        base_offset=result.base_offset,
+        last_offset=result.last_offset,
+        duplicate=result.duplicate,
+        log_append_time_ms=result.append_time_ms,
+    )
+
+
+async def append_batch(
     node: NodeContext,
     target: Partition,
     body: ProduceRequest,
     rows: list[Row],
     caller: str | None,
-) -> ProduceResponse:
+) -> AppendResult:
     """Append a validated batch (``body`` gives the producer fields, ``rows`` the records)
     and answer once it is durable. A batch that opens a transaction here is verified with
     the coordinator (KIP-890) — or, for a producer of transaction version 2, its partition
@@ -144,12 +153,7 @@ async def _append(
         node.metrics.duplicate_batches.inc()
     else:
         node.metrics.produced_records.labels(target.topic).inc(len(rows))
-    return ProduceResponse(
-        base_offset=result.base_offset,
-        last_offset=result.last_offset,
-        duplicate=result.duplicate,
-        log_append_time_ms=result.append_time_ms,
-    )
+    return result
 
 
 async def _verified_append(

@@ -205,8 +205,13 @@ class _AsyncProducerBase:
         if actions.add_partitions:
             steps = calls.add_partitions(self._core, actions.add_partitions)
             self._add_task = self._spawn(self._background(steps))
-        for batch in actions.batches:
-            self._spawn(self._background(calls.produce(self._core, batch)))
+        for url, batches in actions.requests:
+            steps = (
+                calls.produce(self._core, batches[0])
+                if url is None
+                else calls.produce_many(self._core, url, batches)
+            )
+            self._spawn(self._background(steps))
 
     async def _background(self, steps: Steps[None]) -> None:
         """A request of the sender's, as a task; then the sender looks at the queues."""
@@ -264,10 +269,11 @@ class _AsyncProducerBase:
                     invalidate=step.invalidate,
                 )
             case Produce():
-                batch = step.batch
+                batches = step.batches
 
                 def on_wire() -> None:
-                    self._core.on_wire(batch)
+                    for batch in batches:
+                        self._core.on_wire(batch)
                     self._notify()
 
                 return await self._http.send_once("POST", step.url, json=step.body, on_wire=on_wire)

@@ -29,7 +29,9 @@ _HOP_HEADERS = {"content-length", "transfer-encoding", "content-encoding", "conn
 
 
 def is_produce(request: httpx.Request) -> bool:
-    return request.method == "POST" and request.url.path.endswith("/records")
+    """A produce: one partition's (``.../records``) or several partitions' (``/v1/produce``)."""
+    path = request.url.path
+    return request.method == "POST" and (path.endswith("/records") or path == "/v1/produce")
 
 
 def random_produce_faults(rate: float, seed: int, actions: list[str]) -> Plan:

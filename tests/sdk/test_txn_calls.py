@@ -117,7 +117,7 @@ def with_a_record(drive: Driver) -> tuple[ProducerCore, Future[Any]]:
 def sent_batch(drive: Driver, core: ProducerCore, answer: object) -> None:
     (batch,) = core.next_actions().batches
     drive.run(calls.produce(core, batch), answer)
-    assert drive.asked == [Produce(batch, "http://n/v1/partitions/t/0/records",
+    assert drive.asked == [Produce((batch,), "http://n/v1/partitions/t/0/records",
                                    batch.request_body(True))]
 
 
