@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import zlib
 
+#: The seed of Kafka's murmur2 (``Utils.murmur2``).
+MURMUR2_SEED = 0x9747B28C
+
 
 def murmur2(data: bytes) -> int:
     """Kafka's murmur2 (``Utils.murmur2``), as a signed 32-bit int, so keyed records land
     on the partition a Kafka client would choose."""
     m, r = 0x5BD1E995, 24
     length = len(data)
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    h = (MURMUR2_SEED ^ length) & 0xFFFFFFFF
     for i in range(0, length - length % 4, 4):
         k = data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24
         k = (k * m) & 0xFFFFFFFF

@@ -255,6 +255,51 @@ class SequencedPartitionWriter(_Client):
         one transaction that share a producer id and epoch each write in their own slot,
         from sequence 0, and never collide. Left out of the body when None, so a node of
         a release without slots takes every call that does not use one."""
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self.produce_once(
+                    tp, base_sequence, records, transactional=transactional,
+                    encoding=encoding, slot=slot,
+                )  # fmt: skip
+            except Exception as exc:
+                verdict = classify(POLICIES[Req.PRODUCE], exc)
+                if verdict is Verdict.FAIL or time.monotonic() >= deadline:
+                    raise
+                if verdict is Verdict.REFIND or isinstance(exc, UNKNOWN_OUTCOME):
+                    self.metadata.invalidate_topic(tp.topic)
+                time.sleep(backoff_s(exc, attempt, self.http.retry))
+
+    def produce_once(
+        self,
+        tp: TopicPartition,
+        base_sequence: int,
+        records: Sequence[dict[str, Any]],
+        *,
+        transactional: bool = True,
+        encoding: str = "utf8",
+        slot: int | None = None,
+    ) -> ProduceResponse:
+        """One attempt of ``produce``, its error raised as it came (the caller retries)."""
+        body = self.produce_body(
+            base_sequence, records, transactional=transactional, encoding=encoding, slot=slot
+        )
+        answer = self.http.send_once("POST", self.leader(tp) + records_path(tp), json=body)
+        return read_answer(ProduceResponse, answer)
+
+    def produce_body(
+        self,
+        base_sequence: int,
+        records: Sequence[dict[str, Any]],
+        *,
+        transactional: bool,
+        encoding: str,
+        slot: int | None,
+    ) -> dict[str, Any]:
+        """A batch's produce body (``slot`` and a utf8 ``encoding`` left out: a node of a
+        release without them takes every call that does not use them)."""
         body: dict[str, Any] = {
             "producer_id": self.identity.producer_id,
             "producer_epoch": self.identity.producer_epoch,
@@ -266,20 +311,7 @@ class SequencedPartitionWriter(_Client):
             body["encoding"] = encoding
         if slot is not None:
             body["slot"] = slot
-        deadline = time.monotonic() + CALL_TIMEOUT_S
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                answer = self.http.send_once("POST", self.leader(tp) + records_path(tp), json=body)
-                return read_answer(ProduceResponse, answer)
-            except Exception as exc:
-                verdict = classify(POLICIES[Req.PRODUCE], exc)
-                if verdict is Verdict.FAIL or time.monotonic() >= deadline:
-                    raise
-                if verdict is Verdict.REFIND or isinstance(exc, UNKNOWN_OUTCOME):
-                    self.metadata.invalidate_topic(tp.topic)
-                time.sleep(backoff_s(exc, attempt, self.http.retry))
+        return body
 
     def partition_count(self, topic: str) -> int:
         count = self.metadata.partition_count(topic)

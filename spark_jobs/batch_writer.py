@@ -37,8 +37,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from eos_protocol.partitioning import keyed_partition
+from sdk._murmur import keyed_partition
 from sdk._types import Payload, TopicPartition
+from spark_jobs._produce_many import BatchesTogether, SequencedBatch
 from spark_jobs._wire import ProducerIdentity, SequencedPartitionWriter
 from spark_jobs.transforms import OutputRecord
 
@@ -50,6 +51,8 @@ RECORD_OVERHEAD_BYTES = 48
 QUEUED_BATCHES = 4
 
 AddPartitions = Callable[[Sequence[TopicPartition]], None]
+#: A cut batch for the sender: (partition, base sequence, records, encoding); None stops it.
+_Item = tuple[TopicPartition, int, list[dict[str, Any]], str] | None
 
 
 @dataclass(frozen=True)
@@ -110,8 +113,8 @@ class BatchWriter:
         self._sticky: dict[str, int] = {}
         self._next_sequence: dict[TopicPartition, int] = {}
         self._added: set[TopicPartition] = set()
-        self._queue: queue.Queue[tuple[TopicPartition, int, list[dict[str, Any]], str] | None]
-        self._queue = queue.Queue(maxsize=QUEUED_BATCHES)
+        self._queue: queue.Queue[_Item] = queue.Queue(maxsize=QUEUED_BATCHES)
+        self._together = BatchesTogether(self._writer)
         self._error: BaseException | None = None
         self._sender = threading.Thread(target=self._send_loop, name="eos-batch-sender")
         self._sender.daemon = True
@@ -212,22 +215,43 @@ class BatchWriter:
         self._added |= new
 
     def _send_loop(self) -> None:
+        """Send the queued batches in order; the ones queued together, of distinct
+        partitions, in one request per leader node (a partition's next batch waits for
+        the next round, so its batches stay in sequence order)."""
+        held: _Item | None = None
         while True:
-            item = self._queue.get()
+            round_: list[_Item] = [held if held is not None else self._queue.get()]
+            held = None
+            seen = {round_[0][0]} if round_[0] is not None else set()
+            while round_[-1] is not None and held is None:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None and item[0] in seen:
+                    held = item  # the partition's next batch: the next round
+                else:
+                    round_.append(item)
+                    if item is not None:
+                        seen.add(item[0])
+            batches = [item for item in round_ if item is not None]
             try:
-                if item is None:
-                    return
-                if self._error is None:
-                    tp, sequence, records, encoding = item
-                    answer = self._writer.produce(
-                        tp, sequence, records, transactional=self._transactional,
-                        encoding=encoding,
-                    )
-                    self.duplicates += int(answer.duplicate)
+                if batches and self._error is None:
+                    outcomes = self._together.send([
+                        SequencedBatch(tp, sequence, records, self._transactional, encoding)
+                        for tp, sequence, records, encoding in batches
+                    ])  # fmt: skip
+                    for outcome in outcomes:
+                        if isinstance(outcome, BaseException):
+                            raise outcome
+                        self.duplicates += int(outcome.duplicate)
             except BaseException as exc:  # handed to the task at its next call
                 self._error = exc
             finally:
-                self._queue.task_done()
+                for _ in round_:
+                    self._queue.task_done()
+            if round_[-1] is None:
+                return
 
     def _drain(self) -> None:
         while True:

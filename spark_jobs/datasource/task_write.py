@@ -36,6 +36,7 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from eos_protocol.errors import OutOfOrderSequenceNumberError
 from sdk import TopicPartition
+from spark_jobs._produce_many import BatchesTogether, Outcome, SequencedBatch
 from spark_jobs._wire import (
     PartitionFetcher,
     ProducerIdentity,
@@ -152,24 +153,42 @@ class SlotSender:
         self.sequence = self.duplicates = self.skipped = 0
 
     def send(self, batch: list[dict[str, Any]]) -> None:
-        last = self.sequence + len(batch) - 1
+        planned = self.plan(batch)
+        if planned is None:
+            return
+        try:
+            outcome: Outcome = self.writer.produce(
+                self.tp, planned.base_sequence, batch, transactional=self.transactional,
+                encoding=self.encoding, slot=self.slot,
+            )  # fmt: skip
+        except OutOfOrderSequenceNumberError as exc:
+            outcome = exc
+        self.settle(planned, outcome)
+
+    def plan(self, batch: list[dict[str, Any]]) -> SequencedBatch | None:
+        """The batch at its sequence, or None when the slot already holds it (skipped)."""
+        first, last = self.sequence, self.sequence + len(batch) - 1
+        self.sequence = last + 1
         if last <= self.written:
             self.skipped += 1
+            return None
+        return SequencedBatch(self.tp, first, batch, self.transactional, self.encoding,
+                              self.slot)  # fmt: skip
+
+    def settle(self, planned: SequencedBatch, outcome: Outcome) -> None:
+        """A planned batch's outcome: counted, or raised. Out of order: another attempt of
+        this task is ahead by more batches than the node remembers; if it wrote this batch
+        (the same batch), it is skipped."""
+        last = planned.base_sequence + len(planned.records) - 1
+        if isinstance(outcome, OutOfOrderSequenceNumberError):
+            self.written = self.writer.last_sequence(self.tp, slot=self.slot)
+            if last > self.written:
+                raise outcome
+            self.skipped += 1
+        elif isinstance(outcome, BaseException):
+            raise outcome
         else:
-            try:
-                answer = self.writer.produce(
-                    self.tp, self.sequence, batch, transactional=self.transactional,
-                    encoding=self.encoding, slot=self.slot,
-                )  # fmt: skip
-                self.duplicates += int(answer.duplicate)
-            except OutOfOrderSequenceNumberError:
-                # Another attempt of this task is ahead by more batches than the node
-                # remembers: if it wrote this batch (the same batch), skip it.
-                self.written = self.writer.last_sequence(self.tp, slot=self.slot)
-                if last > self.written:
-                    raise
-                self.skipped += 1
-        self.sequence = last + 1
+            self.duplicates += int(outcome.duplicate)
 
 
 def write_task(
@@ -190,18 +209,34 @@ def write_task(
     transactional = add_partitions is not None
     senders: dict[TopicPartition, SlotSender] = {}
 
-    def sender(tp: TopicPartition) -> SlotSender:
-        if tp not in senders:
-            if add_partitions is not None:
-                add_partitions([tp])
-            senders[tp] = SlotSender(writer, tp, spec, slot=slot, transactional=transactional)
-        return senders[tp]
+    together = BatchesTogether(writer)
 
-    def send(tp: TopicPartition, batch: list[dict[str, Any]]) -> None:
-        sender(tp).send(batch)
+    def open_senders(tps: Iterable[TopicPartition]) -> None:
+        new = sorted(tp for tp in set(tps) if tp not in senders)
+        if new and add_partitions is not None:
+            add_partitions(new)
+        for tp in new:
+            senders[tp] = SlotSender(writer, tp, spec, slot=slot, transactional=transactional)
+
+    def written(tp: TopicPartition, batch: list[dict[str, Any]]) -> None:
         key = (tp.topic, tp.partition)
         message.records[key] = message.records.get(key, 0) + len(batch)
         planted_fault.after_written(message.total)
+
+    def send(tp: TopicPartition, batch: list[dict[str, Any]]) -> None:
+        open_senders([tp])
+        senders[tp].send(batch)
+        written(tp, batch)
+
+    def send_together(items: list[tuple[TopicPartition, list[dict[str, Any]]]]) -> None:
+        """Batches of distinct partitions in one request per leader node."""
+        open_senders(tp for tp, _ in items)
+        planned = [(tp, batch, senders[tp].plan(batch)) for tp, batch in items]
+        outcomes = iter(together.send([p for _, _, p in planned if p is not None]))
+        for tp, batch, plan in planned:
+            if plan is not None:
+                senders[tp].settle(plan, next(outcomes))
+            written(tp, batch)
 
     try:
         if spec.sort:
@@ -210,10 +245,12 @@ def write_task(
                 add_partitions(sorted(targets))
             for tp in sorted(targets):
                 senders[tp] = SlotSender(writer, tp, spec, slot=slot, transactional=transactional)
-                for batch in batches(targets[tp], spec):
-                    send(tp, batch)
+            cut = {tp: list(batches(targets[tp], spec)) for tp in sorted(targets)}
+            # The i-th batch of every partition in one round: a request per node each.
+            for i in range(max((len(b) for b in cut.values()), default=0)):
+                send_together([(tp, b[i]) for tp, b in cut.items() if i < len(b)])
         else:
-            _stream(rows, spec, RowTargets(spec, writer), send)
+            _stream(rows, spec, RowTargets(spec, writer), send, send_together)
         message.duplicate_batches = sum(s.duplicates for s in senders.values())
         message.skipped_batches = sum(s.skipped for s in senders.values())
         return message
@@ -226,10 +263,12 @@ def _stream(
     spec: TaskWriteSpec,
     target: RowTargets,
     send: Callable[[TopicPartition, list[dict[str, Any]]], None],
+    send_together: Callable[[list[tuple[TopicPartition, list[dict[str, Any]]]]], None],
 ) -> None:
     """Cut each target partition's records into batches as they come (the cut of
     ``cut_batches``, per partition, so every attempt over the same input order cuts the
-    same batches) and send each as soon as it is cut."""
+    same batches) and send each as soon as it is cut; the last batches of all partitions
+    together."""
     open_batches: dict[TopicPartition, list[dict[str, Any]]] = {}
     sizes: dict[TopicPartition, int] = {}
     for row in rows:
@@ -246,9 +285,7 @@ def _stream(
             sizes[tp] = 0
         batch.append(record)
         sizes[tp] = sizes.get(tp, 0) + length
-    for tp, batch in open_batches.items():
-        if batch:
-            send(tp, batch)
+    send_together([(tp, batch) for tp, batch in open_batches.items() if batch])
 
 
 def check_written(

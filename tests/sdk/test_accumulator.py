@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
+from eos_protocol.partitioning import keyed_partition as pure_keyed_partition
 from eos_protocol.partitioning import murmur2
 from sdk import (
     DeliveryTimeoutError,
@@ -18,6 +19,7 @@ from sdk import (
     TopicPartition,
 )
 from sdk._accumulator import Partitioner, ProducerBatch, RecordAccumulator
+from sdk._murmur import keyed_partition, native_murmur2
 
 pytestmark = pytest.mark.unit
 
@@ -37,6 +39,17 @@ TP = TopicPartition("t", 0)
 )
 def test_murmur2_matches_kafka(key: str, expected: int) -> None:
     assert murmur2(key.encode()) == expected
+    assert native_murmur2(key.encode()) == expected & 0xFFFFFFFF  # the C extension too
+
+
+def test_the_extension_places_every_key_as_the_pure_hash_does() -> None:
+    rng = random.Random(7)
+    for length in range(64):
+        for _ in range(40):
+            data = rng.randbytes(length)
+            assert native_murmur2(data) == murmur2(data) & 0xFFFFFFFF, data
+            assert keyed_partition(data, 7) == pure_keyed_partition(data, 7)
+    assert keyed_partition("user-1", 12) == pure_keyed_partition("user-1", 12)
 
 
 def test_keyed_records_are_stable_and_keyless_ones_sticky() -> None:
