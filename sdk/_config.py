@@ -47,6 +47,15 @@ def resolve_timeout(value: TimeoutArg, default_ms: int | None) -> float | None:
     return value
 
 
+#: A partition's batch closes at this many bytes (Kafka's ``batch.size`` is 16 KB). A
+#: request over HTTP costs both sides far more than a Kafka request does (parsing,
+#: routing, an answer of its own), so batches 16 times Kafka's carry the default producer
+#: at about twice the records a second, keyed or not, and cost the nodes a third of the
+#: CPU per record (``docs/benchmarks.md``, "wide"). ``linger_ms`` still bounds the wait
+#: of a record when traffic is light: a batch leaves when full or after ``linger_ms``.
+DEFAULT_BATCH_SIZE = 262_144
+
+
 @dataclass(frozen=True)
 class RetryConfig:
     """How requests are retried: exponential backoff between ``backoff_ms`` and
@@ -113,7 +122,7 @@ class ProducerConfig:
     transaction_version: int | None = None
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     linger_ms: int = 5
-    batch_size: int = 16_384
+    batch_size: int = DEFAULT_BATCH_SIZE
     max_in_flight: int = 5
     delivery_timeout_ms: int = 120_000
     max_block_ms: int = 60_000

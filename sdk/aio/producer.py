@@ -23,7 +23,14 @@ import httpx
 from eos_protocol.errors import FatalError
 from sdk import _txn_calls as calls
 from sdk._accumulator import FutureLike
-from sdk._config import USE_DEFAULT, ProducerConfig, RetryConfig, TimeoutArg, resolve_timeout
+from sdk._config import (
+    DEFAULT_BATCH_SIZE,
+    USE_DEFAULT,
+    ProducerConfig,
+    RetryConfig,
+    TimeoutArg,
+    resolve_timeout,
+)
 from sdk._errors import EosTimeoutError
 from sdk._metadata import Bootstrap
 from sdk._producer_base import Actions, ProducerCore, now_ms
@@ -315,7 +322,7 @@ class AsyncProducer(_AsyncProducerBase):
         bootstrap_url: Bootstrap,
         *,
         linger_ms: int = 5,
-        batch_size: int = 16_384,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         max_in_flight: int = 5,
         delivery_timeout_ms: int = 120_000,
         max_block_ms: int = 60_000,
@@ -366,7 +373,7 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
         transaction_timeout_ms: int = 60_000,
         transaction_version: int | None = None,
         linger_ms: int = 5,
-        batch_size: int = 16_384,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         max_in_flight: int = 5,
         delivery_timeout_ms: int = 120_000,
         max_block_ms: int = 60_000,
