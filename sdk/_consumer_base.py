@@ -13,6 +13,15 @@ position is always the next record the *application* gets: the offset after the 
 record handed out, or the answer's ``next_offset`` once its buffer is empty. A seek
 empties the buffer, and an answer for an offset the partition no longer fetches from is
 dropped, so nothing fetched ahead can move a position that was set meanwhile.
+
+The partitions are read with one request per node (``POST /v1/fetch``, Kafka's Fetch):
+each round of a poll groups the partitions that need records, and those worth fetching
+ahead, by their leader, and names each at its own offset. A partition's error in an
+answer is handled as a failed request for it alone would be (``on_fetch_error``): stale
+metadata is looked up again and the partition tried after a backoff, an offset out of
+range is reset, anything else reaches the application. A node of an earlier release has
+no such endpoint (404): its partitions are read one request each, as before, and the node
+is asked the new way again after ``OLDER_NODE_RECHECK_S``.
 """
 
 from __future__ import annotations
@@ -21,10 +30,13 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
+from eos_protocol.errors import error_for
+from eos_protocol.fetch_many import DEFAULT_FETCH_MAX_BYTES
 from eos_protocol.parsing import collector_paused
 from sdk._config import ConsumerConfig
-from sdk._errors import IllegalStateError
+from sdk._errors import EosTimeoutError, IllegalStateError
 from sdk._metadata import MetadataCache
+from sdk._transport import POLICIES, UNKNOWN_OUTCOME, Req, Verdict, backoff_s, classify
 from sdk._types import ConsumerRecord, OffsetAndMetadata, Payload, TopicPartition
 from sdk._types import as_topic_partition as _tp
 
@@ -43,8 +55,20 @@ FETCH_MAX_RECORDS = 5_000
 #: node reads one chunk while this process decodes the one before. A guess that proves
 #: wrong (the answer before it ended elsewhere) is never used, only wasted.
 FETCH_AHEAD = 2
+#: The storage nodes' multi-partition fetch.
+FETCH_MANY_PATH = "/v1/fetch"
+#: The most bytes one request to a node may bring back (Kafka's ``fetch.max.bytes``);
+#: each partition's share is ``fetch_max_bytes``.
+FETCH_TOTAL_MAX_BYTES = DEFAULT_FETCH_MAX_BYTES
+#: How long a node that has no ``POST /v1/fetch`` is read one partition per request
+#: before it is asked again (it may have been upgraded meanwhile).
+OLDER_NODE_RECHECK_S = 60.0
+#: How long a partition may keep failing (its leader unknown, its node down) before the
+#: poll raises the error: a request's deadline, as when it was fetched on its own.
+FETCH_ERROR_TIMEOUT_S = 30.0
 
 _new_tuple = tuple.__new__
+_FETCH_POLICY = POLICIES[Req.FETCH]
 
 
 @dataclass
@@ -58,6 +82,9 @@ class PartitionPosition:
     fetched_to: int | None = None  # where the next fetch starts, past the buffer
     upper: int = 0  # the node's LSO (read_committed) or high watermark at the last answer
     stride: int = 0  # how far the last answer moved the fetch offset
+    retry_at: float = 0.0  # after a failed fetch: not fetched again before (monotonic)
+    failures: int = 0  # fetches failed in a row
+    failing_since: float | None = None  # when the first of them failed
 
     def drop_buffer(self) -> None:
         self.buffer, self.taken, self.fetched_to = [], 0, None
@@ -82,6 +109,38 @@ def decode_records(tp: TopicPartition, body: dict[str, Any]) -> list[ConsumerRec
         return out
 
 
+@dataclass
+class NodeAnswer:
+    """What one request for records gave, partition by partition: made by the request's
+    task or thread, read by the polling one. ``older``: the node has no multi-partition
+    fetch (an earlier release); nothing was read."""
+
+    url: str
+    fetched: dict[TopicPartition, tuple[dict[str, Any], list[ConsumerRecord]]] = field(
+        default_factory=dict
+    )
+    errors: dict[TopicPartition, BaseException] = field(default_factory=dict)
+    older: bool = False
+
+    def failed(self, tps: list[TopicPartition], exc: BaseException) -> NodeAnswer:
+        """The request as a whole failed: each of its partitions failed with ``exc``."""
+        for tp in tps:
+            self.errors[tp] = exc
+        return self
+
+    def read(self, body: dict[str, Any]) -> NodeAnswer:
+        """Take in a ``POST /v1/fetch`` answer: each entry's records decoded (its offsets
+        are the one-partition answer's), or its error as the exception of its code."""
+        for entry in body["partitions"]:
+            tp = TopicPartition(str(entry["topic"]), int(entry["partition"]))
+            error = entry.get("error")
+            if error is not None:
+                self.errors[tp] = error_for(str(error["code"]), str(error.get("message", "")))
+            else:
+                self.fetched[tp] = (entry, decode_records(tp, entry))
+        return self
+
+
 class ConsumerCore:
     """Assignment, positions, request shapes and decoding. Not thread-safe."""
 
@@ -90,6 +149,7 @@ class ConsumerCore:
         self.metadata = MetadataCache(config.bootstrap_url)
         self.positions: dict[TopicPartition, PartitionPosition] = {}
         self._next = 0  # where the next poll starts, so no partition starves
+        self._older: dict[str, float] = {}  # node URL -> read per partition until then
         self.closed = False
 
     def check_open(self) -> None:
@@ -203,6 +263,81 @@ class ConsumerCore:
             "max_wait_ms": wait_ms,
         }
 
+    def fetch_many_body(self, entries: list[tuple[TopicPartition, int]], wait_ms: int
+                        ) -> dict[str, Any]:
+        """A ``POST /v1/fetch`` body naming each partition of ``entries`` at its offset,
+        with the one-partition fetch's limits."""
+        max_records = self.fetch_records()
+        partition_bytes = self.config.fetch_max_bytes
+        return {
+            "isolation_level": self.config.isolation_level,
+            "max_wait_ms": wait_ms, "min_bytes": 1, "max_bytes": FETCH_TOTAL_MAX_BYTES,
+            "partitions": [
+                {"topic": tp.topic, "partition": tp.partition, "offset": offset,
+                 "max_records": max_records, "max_bytes": partition_bytes}
+                for tp, offset in entries
+            ],
+        }  # fmt: skip
+
+    def attempt_s(self, wait_ms: int) -> float:
+        """How long one request for records may take: a node's answer time, plus its
+        long poll."""
+        return self.config.retry.request_timeout_ms / 1000 + wait_ms / 1000
+
+    def wanted(
+        self, tp: TopicPartition, now: float, *, started: int, last: int | None, pending: bool
+    ) -> int | None:
+        """The offset this round's request to ``tp``'s node names for it, or None: its
+        fetch offset when it has no records buffered and no fetch from there under way
+        (``pending``), else where a fetch ahead would start; nothing while a failure's
+        backoff runs or before its position is known."""
+        position = self.positions.get(tp)
+        if position is None or position.offset is None or position.retry_at > now:
+            return None
+        if not self.has_buffered(tp) and not pending:
+            return self.fetch_offset(tp)
+        return self.ahead_offset(tp, started, last)
+
+    def needs_records(self, tp: TopicPartition) -> bool:
+        """Assigned, at a known position, with nothing buffered."""
+        position = self.positions.get(tp)
+        return position is not None and position.offset is not None and (
+            position.taken >= len(position.buffer)
+        )
+
+    def on_fetch_error(self, tp: TopicPartition, exc: BaseException, now: float) -> bool:
+        """A fetch of ``tp`` failed with ``exc`` (an entry's error, or its request's): try
+        it again after a backoff, as the transport retries a request; True when the
+        topic's leaders should be looked up again first. Raises ``exc`` when no retry
+        would help, or when the partition has failed for ``FETCH_ERROR_TIMEOUT_S``."""
+        position = self.positions.get(tp)
+        verdict = classify(_FETCH_POLICY, exc)
+        if position is None:
+            return False
+        if position.failing_since is None:
+            position.failing_since = now
+        if verdict is Verdict.FAIL:
+            raise exc
+        if now - position.failing_since >= FETCH_ERROR_TIMEOUT_S:
+            if isinstance(exc, UNKNOWN_OUTCOME):
+                raise EosTimeoutError(f"fetch: no answer before the deadline ({exc!r})") from exc
+            raise exc
+        position.failures += 1
+        position.retry_at = now + backoff_s(exc, position.failures, self.config.retry)
+        return verdict is Verdict.REFIND or isinstance(exc, UNKNOWN_OUTCOME)
+
+    def next_retry(self, now: float) -> float | None:
+        """The soonest a partition's backoff ends, if one runs."""
+        waits = [p.retry_at for p in self.positions.values() if p.retry_at > now]
+        return min(waits) if waits else None
+
+    def is_older(self, url: str, now: float) -> bool:
+        """Whether the node at ``url`` is read one partition per request now."""
+        return self._older.get(url, 0.0) > now
+
+    def mark_older(self, url: str, now: float) -> None:
+        self._older[url] = now + OLDER_NODE_RECHECK_S
+
     def has_buffered(self, tp: TopicPartition) -> bool:
         position = self.positions.get(tp)
         return position is not None and position.taken < len(position.buffer)
@@ -223,6 +358,7 @@ class ConsumerCore:
             return False
         position.buffer = decode_records(tp, body) if records is None else records
         position.taken = 0
+        position.failures, position.failing_since = 0, None
         position.fetched_to = max(requested, int(body["next_offset"]))
         position.stride = position.fetched_to - requested
         read_committed = self.config.isolation_level == "read_committed"
@@ -267,10 +403,10 @@ class ConsumerCore:
             offset = last + position.stride
         return offset if offset < position.upper else None
 
-    def wait_for_round(self, first: bool, remaining_ms: int, partitions: int) -> int:
-        """The long-poll wait of each fetch: none on the first round (take what is
-        there), then a share of what is left, so one quiet partition cannot hog it."""
-        if first or partitions == 0:
+    def wait_for_round(self, first: bool, remaining_ms: int) -> int:
+        """The long-poll wait of a round's requests: none on the first round (take what
+        is there), then what is left of the poll, up to ``fetch_max_wait_ms``. The nodes'
+        requests run side by side, so each may wait it all."""
+        if first:
             return 0
-        share = min(remaining_ms, self.config.fetch_max_wait_ms) // partitions
-        return max(0, share)
+        return max(0, min(remaining_ms, self.config.fetch_max_wait_ms))

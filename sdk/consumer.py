@@ -7,19 +7,27 @@ assignment; the group id only names where committed offsets live. With the defau
 The logic is ``ConsumerCore``'s; this module only does the I/O. Each fetch asks for
 more records than a poll returns, and while the application works on a poll's records
 the next chunk of each partition with more to read is fetched ahead (``_prefetch``).
+
+Records are read with one request per node and round (``POST /v1/fetch``): a round names
+every partition led there that needs records, at its own position, and those worth
+fetching ahead. The requests to the nodes run side by side; a poll takes what the first
+answers bring and leaves the others' long polls to the next. A node of an earlier
+release, which answers 404, is read one partition per request for a while.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from typing import Any
 
 import httpx
 
-from eos_protocol.errors import OffsetOutOfRangeError
+from eos_protocol.errors import EosError, NotFoundError, OffsetOutOfRangeError
+from eos_protocol.fetch_many import MAX_FETCH_PARTITIONS
 from sdk._config import USE_DEFAULT, ConsumerConfig, RetryConfig, TimeoutArg, resolve_timeout
-from sdk._consumer_base import ConsumerCore, decode_records
+from sdk._consumer_base import FETCH_MANY_PATH, ConsumerCore, NodeAnswer, decode_records
 from sdk._metadata import (
     Bootstrap,
     find_coordinator_params,
@@ -40,9 +48,6 @@ from sdk._types import (
 )
 
 _DEFAULT_TIMEOUT_MS = 30_000
-
-#: A fetch's answer and its records, decoded where it was made.
-_Fetched = tuple[dict[str, Any], list[ConsumerRecord]]
 
 
 class Consumer:
@@ -89,7 +94,7 @@ class Consumer:
             token=config.token, ca_file=config.ca_file,
         )
         self._http.on_unreachable = self._core.metadata.unreachable
-        self._ahead: Prefetcher[_Fetched] = Prefetcher()
+        self._ahead: Prefetcher[NodeAnswer] = Prefetcher()
 
     def __enter__(self) -> Consumer:
         return self
@@ -162,63 +167,153 @@ class Consumer:
         while True:
             order = self._core.poll_order()
             remaining_ms = int((deadline - time.monotonic()) * 1000)
-            wait_ms = self._core.wait_for_round(first, remaining_ms, len(order))
+            wait_ms = self._core.wait_for_round(first, remaining_ms)
+            sent = self._send_round(order, wait_ms)
+            self._collect(order, sent if first else [], deadline)
             for tp in order:
                 room = self._core.config.max_poll_records - len(records)
                 if room <= 0:
                     break
-                if not self._core.has_buffered(tp):
-                    self._fill(tp, wait_ms)
                 records.extend(self._core.take(tp, room))
-                self._fetch_ahead(tp)
             first = False
             if records or time.monotonic() >= deadline or not order:
                 return records
 
-    def _fill(self, tp: TopicPartition, wait_ms: int) -> None:
-        """Fill ``tp``'s buffer: with the fetch made ahead from its offset if there is
-        one (and it succeeded), else with a fetch now."""
+    def _send_round(self, order: list[TopicPartition], wait_ms: int) -> list[Any]:
+        """One request to each node with something to ask (``ConsumerCore.wanted``); the
+        handles of those that carry a partition needing records now."""
+        now = time.monotonic()
+        by_node: dict[str, list[tuple[TopicPartition, int]]] = {}
+        needing: set[str] = set()
+        for tp in order:
+            offset = self._core.wanted(
+                tp, now, started=self._ahead.count(tp), last=self._ahead.last_offset(tp),
+                pending=self._pending(tp) is not None,
+            )  # fmt: skip
+            if offset is None:
+                continue
+            try:
+                url = self._leader(tp)
+            except EosError as exc:
+                self._failed(tp, exc, now)
+                continue
+            by_node.setdefault(url, []).append((tp, offset))
+            if offset == self._core.fetch_offset(tp) and self._core.needs_records(tp):
+                needing.add(url)
+        sent: list[Any] = []
+        for url, entries in by_node.items():
+            wait = wait_ms if url in needing else 0
+            if self._core.is_older(url, now):
+                sent += self._send_each(url, entries, wait)
+                continue
+            for at in range(0, len(entries), MAX_FETCH_PARTITIONS):
+                chunk = entries[at:at + MAX_FETCH_PARTITIONS]
+                body = self._core.fetch_many_body(chunk, wait)
+                fetch = functools.partial(self._fetch_many, url, body, [tp for tp, _ in chunk])
+                handle = self._ahead.start_many(chunk, fetch)
+                if url in needing:
+                    sent.append(handle)
+        return sent
+
+    def _send_each(
+        self, url: str, entries: list[tuple[TopicPartition, int]], wait_ms: int
+    ) -> list[Any]:
+        """A node of an earlier release: one ``GET .../records`` per partition, the
+        round's wait shared among them."""
+        share = wait_ms // len(entries)
+        sent: list[Any] = []
+        for tp, offset in entries:
+            params = self._core.fetch_params(tp, self._core.fetch_records(), share, offset)
+            fetch = functools.partial(self._fetch_one, url, tp, params)
+            sent.append(self._ahead.start_many([(tp, offset)], fetch))
+        return sent
+
+    def _pending(self, tp: TopicPartition) -> Any:
+        """The fetch of ``tp`` from its fetch offset, under way or answered, if any."""
         offset = self._core.fetch_offset(tp)
-        assert offset is not None
-        ahead = self._ahead.take(tp, offset)
-        if ahead is not None:
-            fetched = self._ahead.wait(ahead)
-            if fetched is not None and self._core.on_fetch(tp, offset, *fetched):
-                return
-        params = self._core.fetch_params(tp, self._core.fetch_records(), wait_ms)
-        try:
-            body, records = self._fetch(tp, params)
-        except OffsetOutOfRangeError:
+        return None if offset is None else self._ahead.peek(tp, offset)
+
+    def _collect(
+        self, order: list[TopicPartition], sent: list[Any], deadline: float
+    ) -> None:
+        """Wait for the round's answers — all of those ``sent`` (requests that wait for
+        nothing), else the first to come of those a partition needs, until ``deadline``
+        — then put every answer that came into its partition's buffer."""
+        if sent:
+            for handle in sent:
+                self._ahead.wait(handle)
+        else:
+            needed = [h for tp in order if self._core.needs_records(tp)
+                      and (h := self._pending(tp)) is not None]  # fmt: skip
+            left = deadline - time.monotonic()
+            if needed and not any(self._ahead.ready(h) for h in needed):
+                self._ahead.wait_first(needed, left)
+            elif not needed and not any(self._core.has_buffered(tp) for tp in order):
+                retry_at = self._core.next_retry(time.monotonic())
+                pause = left if retry_at is None else min(left, retry_at - time.monotonic())
+                self._ahead.wait_first([], pause)
+        for tp in order:
+            handle = self._pending(tp)
+            if handle is None or not self._core.needs_records(tp) or not self._ahead.ready(handle):
+                continue
+            offset = self._core.fetch_offset(tp)
+            assert offset is not None
+            self._ahead.take(tp, offset)
+            answer = self._ahead.wait(handle)
+            if answer is not None:
+                self._use(tp, offset, answer)
+
+    def _use(self, tp: TopicPartition, offset: int, answer: NodeAnswer) -> None:
+        """Take ``tp``'s part of a request's answer: its records, or its error."""
+        if answer.older:
+            self._core.mark_older(answer.url, time.monotonic())
+            return  # read per partition from the next round on
+        exc = answer.errors.get(tp)
+        if exc is None:
+            fetched = answer.fetched.get(tp)
+            if fetched is not None:
+                self._core.on_fetch(tp, offset, *fetched)
+            return
+        if isinstance(exc, OffsetOutOfRangeError):
+            self._ahead.drop(tp)
             self._reset(tp, _DEFAULT_TIMEOUT_MS / 1000)
             return
-        self._core.on_fetch(tp, int(params["offset"]), body, records)
+        self._failed(tp, exc, time.monotonic())
 
-    def _fetch_ahead(self, tp: TopicPartition) -> None:
-        """Start fetching ``tp``'s next chunks if the node had more at its last answer."""
-        while True:
-            offset = self._core.ahead_offset(
-                tp, self._ahead.count(tp), self._ahead.last_offset(tp)
-            )
-            if offset is None:
-                return
-            self._start_ahead(tp, offset)
+    def _failed(self, tp: TopicPartition, exc: BaseException, now: float) -> None:
+        if self._core.on_fetch_error(tp, exc, now):
+            self._core.metadata.invalidate_topic(tp.topic)
 
-    def _start_ahead(self, tp: TopicPartition, offset: int) -> None:
-        params = self._core.fetch_params(tp, self._core.fetch_records(), 0, offset)
-        self._ahead.start(tp, offset, lambda: self._fetch(tp, params))
+    def _fetch_many(
+        self, url: str, body: dict[str, Any], tps: list[TopicPartition]
+    ) -> NodeAnswer:
+        """One ``POST /v1/fetch`` and its records (decoded here, so a fetch ahead decodes
+        ahead too); a failure is each partition's, a 404 says the node is older."""
+        answer = NodeAnswer(url)
+        try:
+            got = self._http.send_once(
+                "POST", url + FETCH_MANY_PATH, json=body,
+                timeout_s=self._core.attempt_s(int(body["max_wait_ms"])),
+            )  # fmt: skip
+        except NotFoundError:
+            answer.older = True
+            return answer
+        except Exception as exc:
+            return answer.failed(tps, exc)
+        return answer.read(got)
 
-    def _fetch(self, tp: TopicPartition, params: dict[str, Any]) -> _Fetched:
-        """One fetch and its records (decoded here, so a fetch ahead decodes ahead too)."""
-        body = self._http.call(
-            Req.FETCH,
-            "GET",
-            records_path(tp),
-            base=lambda: self._leader(tp),
-            params=params,
-            timeout_s=_DEFAULT_TIMEOUT_MS / 1000,
-            invalidate=lambda _exc: self._core.metadata.invalidate_topic(tp.topic),
-        )
-        return body, decode_records(tp, body)
+    def _fetch_one(self, url: str, tp: TopicPartition, params: dict[str, Any]) -> NodeAnswer:
+        """One ``GET .../records`` of ``tp`` (a node of an earlier release)."""
+        answer = NodeAnswer(url)
+        try:
+            body = self._http.send_once(
+                "GET", url + records_path(tp), params=params,
+                timeout_s=self._core.attempt_s(int(params["max_wait_ms"])),
+            )  # fmt: skip
+        except Exception as exc:
+            return answer.failed([tp], exc)
+        answer.fetched[tp] = (body, decode_records(tp, body))
+        return answer
 
     # --- group offsets -------------------------------------------------------------------
 

@@ -44,7 +44,9 @@ def init(cluster: Cluster, tid: str) -> dict[str, int]:
     return {"producer_id": body["producer_id"], "producer_epoch": body["producer_epoch"]}
 
 
-def batch(partition: int, ident: dict[str, int], seq: int, value: str, **extra: Any) -> dict[str, Any]:
+def batch(
+    partition: int, ident: dict[str, int], seq: int, value: str, **extra: Any
+) -> dict[str, Any]:
     return {"topic": TOPIC, "partition": partition, **ident, "base_sequence": seq,
             "records": [{"key": f"k{partition}", "value": value}], **extra}  # fmt: skip
 

@@ -17,6 +17,7 @@ from eos_cli.openapi_command import render_spec as render_fresh
 from eos_protocol import acl as protocol_acl
 from eos_protocol import common as protocol_common
 from eos_protocol import coordinator as protocol_coordinator
+from eos_protocol import fetch_many as protocol_fetch_many
 from eos_protocol import hanging as protocol_hanging
 from eos_protocol import listing as protocol_listing
 from eos_protocol import node as protocol_node
@@ -47,7 +48,7 @@ OPERATION_IDS = {
         "writeTxnMarkers", "createPartition", "listNodePartitions", "health", "ready",
         "metrics", "replicaFetch", "epochEnd", "pushPartitionState", "listOpenTransactions",
         "createPartitions", "pushPartitionStates", "replicaFetchMany", "epochEnds",
-        "describeNodePartitions",
+        "describeNodePartitions", "fetchMany", "produceToPartitions",
     },
 }
 
@@ -148,6 +149,7 @@ def _wire_models() -> list[type[BaseModel]]:
     for module in (
         protocol_common, protocol_coordinator, protocol_node, protocol_hanging, protocol_acl,
         protocol_replica, protocol_replication, protocol_versions, protocol_listing,
+        protocol_fetch_many,
     ):  # fmt: skip
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, BaseModel) and value not in found:
