@@ -36,6 +36,7 @@ import httpx
 import orjson
 
 from eos_protocol.common import read_answer_json
+from eos_protocol.errors import EosError
 from eos_protocol.paths import join
 from eos_protocol.replica import (
     REPLICA_BATCH_MEDIA_TYPE,
@@ -263,7 +264,7 @@ class LeaderSession:
         if sum(entry.bytes for entry in header.partitions) != len(frames):
             raise ValueError("a fetch answer whose frames do not add up to its header")
         asked = {f.key: f for f in due}
-        durable: list[tuple[Partition, int]] = []
+        durable: list[tuple[Followed, int]] = []
         touched: list[Partition] = []
         position = 0
         for entry in header.partitions:
@@ -273,9 +274,17 @@ class LeaderSession:
             if followed is None or self.followed.get(followed.key) is not followed:
                 continue  # changed meanwhile: what it brought is not for this epoch
             if await self._apply(followed, entry, chunk):
-                durable.append((followed.partition, followed.partition.engine.log_end_offset))
+                durable.append((followed, followed.partition.engine.log_end_offset))
             touched.append(followed.partition)
-        await asyncio.gather(*(p.committer.wait_durable(end) for p, end in durable))
+        flushed = await asyncio.gather(
+            *(f.partition.committer.wait_durable(end) for f, end in durable),
+            return_exceptions=True,
+        )
+        for (followed, _), outcome in zip(durable, flushed, strict=True):
+            if isinstance(outcome, Exception):
+                self._storage_failed(followed, outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome  # cancelled: the session is stopping
         for partition in touched:
             partition.notify()
 
@@ -304,7 +313,20 @@ class LeaderSession:
                         entry.topic, entry.partition, self.leader_url, exc)  # fmt: skip
             followed.pause(MAX_BACKOFF_S)
             return False
+        except (OSError, EosError) as exc:
+            self._storage_failed(followed, exc)
+            return False
         return appended > 0
+
+    def _storage_failed(self, followed: Followed, exc: Exception) -> None:
+        """This replica's storage failed to take a partition's frames (a full or failing
+        disk): that partition stops here, and its leader drops this replica from its ISR
+        in time, while every other partition of the session goes on (one partition's
+        error once ended the session, and with it every partition it copied)."""
+        log.error("%s-%d: this replica's storage failed (%s); asking again in %.0fs",
+                  followed.partition.topic, followed.partition.index, exc,
+                  MAX_BACKOFF_S)  # fmt: skip
+        followed.pause(MAX_BACKOFF_S)
 
     def _on_error(self, followed: Followed, code: str, message: str) -> None:
         where = f"{followed.partition.topic}-{followed.partition.index}"
