@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from eos_cli.launcher import ServiceProcess, describe_exit
+from eos_cli.launcher import ServiceProcess, describe_exit, stop_in_waves
 
 Clock = Callable[[], float]
 Report = Callable[[str], None]
@@ -210,8 +210,8 @@ class Supervisor:
             time.sleep(interval)
 
     def stop(self) -> None:
-        """Stop every service, the last started first (coordinators before the nodes
-        they write markers to)."""
-        for watch in reversed(self._watches):
+        """Stop every service: the coordinators, then the nodes they write markers to,
+        each wave at once (``stop_in_waves``)."""
+        for watch in self._watches:
             watch.restart_at = None
-            watch.service.stop()
+        stop_in_waves([watch.service for watch in self._watches])

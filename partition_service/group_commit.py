@@ -79,14 +79,34 @@ class GroupCommitter:
 
     async def stop(self) -> None:
         """Flush what is pending, write a final checkpoint and end the loop."""
+        await self.stop_loop()
+        target = self.final_flush()
+        self._release(target)
+
+    async def stop_loop(self) -> None:
+        """End the loop; what is pending stays for ``final_flush``."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self.failed is None:
-            self._flush_now()
-            self._write_checkpoint(self.engine.capture_checkpoint())
+
+    def final_flush(self) -> int:
+        """Flush what is pending and write a final checkpoint, once the loop has ended;
+        the offset now durable, whose waiters the caller releases on the event loop
+        (``release``). Touches only this partition's files and state, so a node stopping
+        runs it for its partitions side by side on threads."""
+        if self.failed is not None:
+            return self.engine.durable_offset
+        target = self.engine.log_end_offset
+        self.engine.fsync()
+        self.engine.mark_durable(target)
+        self._write_checkpoint(self.engine.capture_checkpoint())
+        return target
+
+    def release(self, target: int) -> None:
+        """Settle the waiters of offsets below ``target`` (on the event loop)."""
+        self._release(target)
 
     async def wait_durable(self, offset: int) -> None:
         """Return once every offset below ``offset`` is durable."""

@@ -89,6 +89,15 @@ class Partition:
         await self.committer.stop()
         self.engine.close()
 
+    def finish(self) -> int:
+        """The part of ``stop`` after the commit loop has ended (``stop_loop``): the final
+        flush and checkpoint, then the files closed; its durable offset. No event loop
+        needed: the registry runs it on threads, many partitions at once."""
+        try:
+            return self.committer.final_flush()
+        finally:
+            self.engine.close()
+
     def notify(self) -> None:
         self.advance_high_watermark()
         self._changed.set()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -30,6 +31,9 @@ log = logging.getLogger("eos.node.registry")
 
 #: The most partitions a creation opens on the event loop rather than on a worker thread.
 INLINE_CREATES = 8
+#: Threads a stopping node flushes and checkpoints its partitions on (fsyncs of
+#: different files, which the disk serves side by side).
+STOP_THREADS = 16
 
 
 class NewPartition(NamedTuple):
@@ -110,8 +114,24 @@ class PartitionRegistry:
             partition.start()
 
     async def stop(self) -> None:
-        for partition in list(self.partitions.values()):
-            await partition.stop()
+        """Stop every partition: their commit loops, then their final flush and checkpoint
+        side by side on threads. One after the other, the three fsyncs of each took a node
+        of 5,000 partitions over five seconds to stop; the disk takes them in parallel."""
+        partitions = list(self.partitions.values())
+        for partition in partitions:
+            await partition.committer.stop_loop()
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(STOP_THREADS, thread_name_prefix="partition-stop") as pool:
+            durable = await asyncio.gather(
+                *(loop.run_in_executor(pool, p.finish) for p in partitions),
+                return_exceptions=True,
+            )
+        for partition, outcome in zip(partitions, durable, strict=True):
+            if isinstance(outcome, BaseException):
+                log.error("%s-%d did not stop cleanly: %r", partition.topic, partition.index,
+                          outcome)  # fmt: skip
+            else:
+                partition.committer.release(outcome)
 
     async def create(self, topic: str, index: int, *, replicated: bool = False) -> bool:
         """Create a partition here; False if it existed already. A ``replicated`` one

@@ -296,9 +296,11 @@ class WithoutTruncation(ReplicatedPartition):
 @pytest.mark.slow
 def test_the_model_catches_a_follower_that_does_not_truncate() -> None:
     # the first failing run proves the point: shrinking it (most of the time otherwise)
-    # is left out
+    # is left out; derandomized, the search is the same every run (a random one missed
+    # the planted bug in 300 examples now and then)
     WithoutTruncation.TestCase.settings = settings(
-        MODEL_SETTINGS, max_examples=300, phases=[Phase.explicit, Phase.generate]
+        MODEL_SETTINGS, max_examples=300, phases=[Phase.explicit, Phase.generate],
+        derandomize=True,
     )
     with pytest.raises(AssertionError, match=r"diverges|Acked"):
         WithoutTruncation.TestCase().runTest()
