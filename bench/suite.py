@@ -21,7 +21,11 @@ The parts (each also runnable alone through its own script):
   partition leader's SIGKILL to the first write on its successor;
 * ``auth`` (``bench/bench_auth.py``): produce and fetch on a node with authentication and
   ACLs off, then on; limit: the no-op FastAPI server;
-* ``sdk`` and ``spark`` (``bench/suite_clients.py``).
+* ``sdk`` and ``spark`` (``bench/suite_clients.py``);
+* ``wide`` (``bench/suite_wide.py``): the ``eos up`` cluster with every client option at
+  its default: producer and consumer throughput and the services' CPU per record, RF=3
+  over RF=1, the time a 1,000-partition topic takes to become producible and the metadata
+  calls meanwhile, the idle CPU of 5,000 partitions and the time to stop the cluster.
 
 The machine is shared with whatever else runs on it; figures are noisy, and the cheap
 ones are taken as the median of several rounds.
@@ -40,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PARTS = ("node", "coordinator", "scale", "failover", "replication", "auth", "sdk", "spark")
+PARTS = ("node", "coordinator", "scale", "failover", "replication", "auth", "sdk", "spark",
+         "wide")
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,11 @@ def ratios(res: dict[str, Any]) -> dict[str, Any]:
         out["produce_rf3/rf1"] = rep["rf3_over_rf1"]
         if rep.get("failover_max_s") is not None:
             out["leader_failover/session"] = rep["failover_max_s"] / rep["session_timeout_s"]
+    wide = res.get("wide")
+    if wide:
+        from eos_bench.suite_wide import wide_ratios
+
+        out.update(wide_ratios(wide))
     fo = res.get("failover")
     if fo and "seconds" in fo:
         out["failover/lease"] = fo["seconds"] / (fo["lease_ms"] / 1000)
@@ -256,6 +266,14 @@ async def run_suite(
                     res["sdk"] = await asyncio.to_thread(run_sdk, plan, progress)
                 elif part == "spark":
                     res["spark"] = await asyncio.to_thread(run_spark, plan, progress)
+                elif part == "wide":
+                    from eos_bench.suite_wide import FULL as WIDE_FULL
+                    from eos_bench.suite_wide import QUICK as WIDE_QUICK
+                    from eos_bench.suite_wide import run_wide
+
+                    res["wide"] = await asyncio.to_thread(
+                        run_wide, WIDE_QUICK if plan.quick else WIDE_FULL, progress
+                    )
             except Exception as exc:  # one broken part must not lose the others' figures
                 res[part] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
                 progress(f"{part} FAILED: {exc!r}"[:500])

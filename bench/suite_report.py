@@ -15,6 +15,7 @@ from typing import Any, TextIO
 import orjson
 
 from eos_bench.suite_clients import sdk_hot_rows, sdk_rows
+from eos_bench.suite_wide import wide_rows
 
 # ``--docs`` rewrites the page of the source tree it is run from (the current directory).
 DOCS = Path("docs") / "benchmarks.md"
@@ -54,7 +55,7 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
         w(f"{name:<58}{value:>16}{a}{b}{r:>10}\n")
 
     for part in ("node", "coordinator", "scale", "failover", "replication", "auth", "sdk",
-                 "spark"):
+                 "spark", "wide"):
         if part in res and _ok(res, part) is None:
             w(f"{part}: FAILED {res[part].get('error', '')[:300]}\n")
     node = _ok(res, "node")
@@ -184,10 +185,19 @@ def write_table(res: dict[str, Any], out: TextIO) -> None:
             row("spark stream commit-to-visible p50 / p95 (s)",
                 f"{latency['p50_s']} / {latency['p95_s']}")
         w("-" * WIDTH + "\n")
+    wide = _ok(res, "wide")
+    if wide:
+        w(f"wide: {wide.get('layout', '')}; blocking sdk clients, every option at its "
+          f"default\n  durability: {wide.get('durability', '')}\n")
+        for label, value, p50, p99, over in wide_rows(wide):
+            row(label, value, p50, p99, over)
+        w("-" * WIDTH + "\n")
     w("vs limit: the figure over its limit (restart and failover: time over the limit's time; "
       "coordinator: txn/s over pgbench tps;\n  scale: PostgreSQL commits/s over pgbench tps; "
       "auth: on over off; sdk: over raw httpx; "
-      "spark exactly-once: over at-least-once). sdk p50 column: mean ms in commit_transaction.\n")
+      "spark exactly-once: over at-least-once). sdk p50 column: mean ms in commit_transaction.\n"
+      "  wide: producers over the leader's accept rate, CPU per record over the no-op server's, "
+      "the consumer over the no-op fetch.\n")
     w(f"total {res.get('bench_seconds', 0):.0f} s; per part: {res.get('timings_s', {})}\n")
 
 
