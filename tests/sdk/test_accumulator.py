@@ -100,14 +100,34 @@ def test_batches_fill_to_batch_size_and_wait_for_linger() -> None:
     add(acc, 1)
     batches = drain(acc, 5)
     assert len(batches) == 1 and len(batches[0].records) == 7  # closed by the next batch
+    ok(acc, batches[0], 0)
     assert drain(acc, 9) == []
     assert [len(b.records) for b in drain(acc, 10)] == [1]  # the linger is up
+
+
+def test_a_lingered_batch_waits_for_its_partitions_answer_a_full_one_does_not() -> None:
+    acc = accumulator()
+    add(acc, 1)
+    (first,) = drain(acc, 10)  # lingered out, nothing in flight: it leaves
+    add(acc, 1, now=10)
+    # Lingered out too, but the first is unanswered: it keeps filling meanwhile.
+    assert drain(acc, 20) == [] and drain(acc, 30) == []
+    add(acc, 2, now=30)
+    ok(acc, first, 0)
+    (second,) = drain(acc, 31)
+    assert len(second.records) == 3  # what came in while the first was in flight
+    add(acc, 8, now=31)  # more than a batch: the full one is pipelined behind the second
+    (full,) = drain(acc, 31)
+    assert full.closed and len(full.records) == 7
+    assert drain(acc, 100) == []  # the rest, lingered out, waits for an answer
 
 
 def test_sequences_are_given_when_batches_leave() -> None:
     acc = accumulator(linger_ms=0)
     add(acc, 3, size=400)  # two records fill a batch
-    batches = drain(acc, 0) + drain(acc, 0)
+    batches = drain(acc, 0)
+    ok(acc, batches[0], 0)
+    batches += drain(acc, 0)
     assert [(b.base_sequence, len(b.records)) for b in batches] == [(0, 2), (2, 1)]
     assert acc.queues[TP].next_sequence == 3
 
@@ -208,7 +228,9 @@ def test_binary_and_text_records_do_not_share_a_batch() -> None:
     acc = accumulator(linger_ms=0)
     acc.append(TP, None, "text", None, None, Future(), 0)
     acc.append(TP, None, b"\x00", None, None, Future(), 0)
-    batches = drain(acc, 0) + drain(acc, 0)
+    batches = drain(acc, 0)
+    ok(acc, batches[0], 0)
+    batches += drain(acc, 0)
     assert [b.encoding for b in batches] == ["utf8", "base64"]
     assert batches[1].records[0]["value"] == "AA=="
 
