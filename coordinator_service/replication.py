@@ -60,7 +60,7 @@ from eos_protocol.replication import AlterIsrRequest, HeartbeatAnswer, IsrChange
 log = logging.getLogger("eos.coordinator.replication")
 
 #: How old a heartbeat answer's partition states may be.
-STATES_TTL_S = 0.2
+STATES_TTL_S = 1.0
 #: How long a beat waits for states read afresh before it is answered with older ones, or
 #: none (the node keeps its roles): a late beat answer delays the node's next beat.
 STATES_WAIT_S = 0.5
