@@ -32,8 +32,8 @@ from typing import Any, Protocol, TypeVar
 
 from eos_protocol.common import SEQUENCE_MODULUS
 from eos_protocol.errors import EosError
+from eos_protocol.partitioning import keyed_partition
 from sdk._errors import DeliveryTimeoutError
-from sdk._murmur import keyed_partition
 from sdk._record_futures import RecordFuturesBase, Segment, acked, failed
 from sdk._state import SEQUENCE_ERRORS
 from sdk._transport import POLICIES, Req, Verdict, classify

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sdk._murmur import keyed_partition
+from eos_protocol.partitioning import keyed_partition
 from sdk._types import Payload, TopicPartition
 from spark_jobs._produce_many import BatchesTogether, SequencedBatch
 from spark_jobs._wire import ProducerIdentity, SequencedPartitionWriter

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from eos_protocol.errors import OutOfOrderSequenceNumberError
-from sdk._murmur import keyed_partition
+from eos_protocol.partitioning import keyed_partition
 from sdk._types import TopicPartition
 from spark_jobs._wire import ProducerIdentity, SequencedPartitionWriter, TransactionSession
 

@@ -22,7 +22,7 @@ import base64
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sdk._murmur import keyed_partition
+from eos_protocol.partitioning import keyed_partition
 from spark_jobs.datasource.options import EosOptionError
 
 #: Kafka's timestampType for a producer-set time.
