@@ -15,9 +15,10 @@ here, so that what ``eos up`` starts is what the tests and the benchmarks measur
 * ``ClusterPlan``: how many nodes and coordinators, where they listen (fixed from a port
   base, as ``eos up`` does, or on free ports), what database the coordinators share, and
   the options of each kind of service; it builds the ``ServiceProcess`` of each.
-* ``LocalCluster``: a plan's services started one after the other and stopped in reverse,
-  for a test or a benchmark that kills, pauses and restarts single services. ``eos up``
-  runs the same services under its supervisor instead (``eos_cli.supervisor``).
+* ``LocalCluster``: a plan's services started one after the other and stopped in two
+  waves (``stop_in_waves``: the coordinators, then every node at once), for a test or a
+  benchmark that kills, pauses and restarts single services. ``eos up`` runs the same
+  services under its supervisor instead (``eos_cli.supervisor``).
 
 The internal token and the authentication settings travel in the environment, not on
 the command line, so that ``ps`` shows no secret.
@@ -508,8 +509,9 @@ class ClusterPlan:
 
 class LocalCluster:
     """A plan's services, started one after the other (each ready before the next) and
-    stopped in reverse: for a test or a benchmark that kills, pauses and restarts single
-    services, where ``eos up`` keeps them running under its supervisor instead."""
+    stopped in two waves (``stop_in_waves``): for a test or a benchmark that kills, pauses
+    and restarts single services, where ``eos up`` keeps them running under its supervisor
+    instead."""
 
     def __init__(self, plan: ClusterPlan, *, start_timeout: float = 60.0) -> None:
         self.plan = plan
