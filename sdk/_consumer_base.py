@@ -30,13 +30,20 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-from eos_protocol.errors import error_for
 from eos_protocol.fetch_many import DEFAULT_FETCH_MAX_BYTES
 from eos_protocol.parsing import collector_paused
 from sdk._config import ConsumerConfig
 from sdk._errors import EosTimeoutError, IllegalStateError
 from sdk._metadata import MetadataCache
-from sdk._transport import POLICIES, UNKNOWN_OUTCOME, Req, Verdict, backoff_s, classify
+from sdk._transport import (
+    POLICIES,
+    UNKNOWN_OUTCOME,
+    Req,
+    Verdict,
+    backoff_s,
+    classify,
+    error_from_body,
+)
 from sdk._types import ConsumerRecord, OffsetAndMetadata, Payload, TopicPartition
 from sdk._types import as_topic_partition as _tp
 
@@ -135,7 +142,7 @@ class NodeAnswer:
             tp = TopicPartition(str(entry["topic"]), int(entry["partition"]))
             error = entry.get("error")
             if error is not None:
-                self.errors[tp] = error_for(str(error["code"]), str(error.get("message", "")))
+                self.errors[tp] = error_from_body(error)
             else:
                 self.fetched[tp] = (entry, decode_records(tp, entry))
         return self

@@ -229,6 +229,17 @@ def backoff_s(exc: BaseException | None, attempt: int, retry: RetryConfig) -> fl
 LARGE_ANSWER_BYTES = 64 * 1024
 
 
+def error_from_body(error: dict[str, Any]) -> EosError:
+    """The exception an envelope's error body names: a whole answer's, or one entry's of
+    an answer that carries an error per partition (``/v1/produce``, ``/v1/fetch``)."""
+    details = error.get("details")
+    return error_for(
+        str(error["code"]),
+        str(error.get("message", "")),
+        details if isinstance(details, dict) else None,
+    )
+
+
 def parse_response(response: httpx.Response) -> Any:
     """The JSON body of a success, or the exception its error envelope names."""
     if response.status_code < 300:
@@ -238,16 +249,14 @@ def parse_response(response: httpx.Response) -> Any:
                 return orjson.loads(content)
         return orjson.loads(content) if content else {}
     try:
-        error = orjson.loads(response.content)["error"]
-        code, message = str(error["code"]), str(error.get("message", ""))
-        details = error.get("details")
+        exc = error_from_body(orjson.loads(response.content)["error"])
     except (orjson.JSONDecodeError, KeyError, TypeError):
         if response.status_code in (502, 503, 504):
             raise UnavailableResponse(f"HTTP {response.status_code} without an envelope") from None
         raise InternalError(
             f"HTTP {response.status_code} without an error envelope: {response.text[:200]}"
         ) from None
-    raise error_for(code, message, details if isinstance(details, dict) else None)
+    raise exc
 
 
 def _final_error(req: Req, policy: RetryPolicy, exc: BaseException) -> BaseException:

@@ -41,7 +41,6 @@ from eos_protocol.errors import (
     InvalidRequestError,
     InvalidTxnStateError,
     NotFoundError,
-    error_for,
 )
 from eos_protocol.versions import PREVIOUS_RELEASE_FEATURES, ClusterFeatures
 from sdk._accumulator import FutureLike, ProducerBatch
@@ -57,7 +56,7 @@ from sdk._metadata import (
 )
 from sdk._producer_base import Body, ProducerCore, normalise_offsets
 from sdk._state import ProducerState
-from sdk._transport import MEMBERS_PARAMS, MEMBERS_PATH, Invalidate, Req
+from sdk._transport import MEMBERS_PARAMS, MEMBERS_PATH, Invalidate, Req, error_from_body
 from sdk._types import Offsets, Payload, TopicPartition
 from sdk._versions import (
     choose_transaction_version,
@@ -302,11 +301,7 @@ def produce_many(core: ProducerCore, url: str, batches: list[ProducerBatch]) -> 
     for batch, entry in zip(batches, entries, strict=True):
         error = entry.get("error")
         if error:
-            details = error.get("details")
-            core.on_produce_error(batch, error_for(
-                str(error.get("code")), str(error.get("message", "")),
-                details if isinstance(details, dict) else None,
-            ))  # fmt: skip
+            core.on_produce_error(batch, error_from_body(error))
         else:
             core.on_produce_ok(batch, entry)
 

@@ -19,10 +19,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from eos_protocol.common import read_answer
-from eos_protocol.errors import InternalError, NotFoundError, error_for
+from eos_protocol.errors import InternalError, NotFoundError
 from eos_protocol.node import ProduceResponse
 from sdk._metadata import PRODUCE_MANY_PATH
-from sdk._transport import POLICIES, UNKNOWN_OUTCOME, Req, Verdict, backoff_s, classify
+from sdk._transport import (
+    POLICIES,
+    UNKNOWN_OUTCOME,
+    Req,
+    Verdict,
+    backoff_s,
+    classify,
+    error_from_body,
+)
 from sdk._types import TopicPartition
 from spark_jobs._wire import CALL_TIMEOUT_S, SequencedPartitionWriter
 
@@ -137,7 +145,7 @@ class BatchesTogether:
         for index, entry in zip(indexes, entries, strict=True):
             error = entry.get("error")
             if error:
-                failures[index] = error_for(str(error.get("code")), str(error.get("message")))
+                failures[index] = error_from_body(error)
             else:
                 outcomes[index] = read_answer(ProduceResponse, entry)
 
