@@ -3,11 +3,9 @@
 Records wait in a per-partition queue of batches. A batch leaves when it is full
 (``batch_size`` bytes), when a newer batch stands behind it, when the producer flushes, or
 when it has waited ``linger_ms`` and no earlier batch of its partition is unanswered: under
-load a partition's batch keeps filling for as long as its last request takes, so batches
-grow with the traffic (keyed records spread over many partitions made batches of a few
-dozen records, each a request; the round trip now sets their size), while a record sent
-alone still leaves after ``linger_ms``. Sequence numbers are given when a batch leaves
-(Kafka's rule), so a batch dropped before it was sent leaves no gap.
+load a batch fills for as long as its partition's last request takes (keyed records over
+many partitions made batches of a few dozen records, each a request). Sequence numbers
+are given when a batch leaves (Kafka's rule), so a dropped unsent batch leaves no gap.
 
 Ordering under retries: a partition's batches in flight span at most ``max_in_flight``
 sequence-ordered batches, counted from the oldest one not yet acknowledged (answers come
@@ -418,10 +416,7 @@ class RecordAccumulator:
                     later(due)
                     break
                 if not (batch.closed or self.flushing) and queue.in_flight:
-                    # Lingered out, but its partition has a request unanswered: the batch
-                    # keeps filling until that answer (which wakes the sender), so under
-                    # load batches grow to what the round trip lets through.
-                    break
+                    break  # fills until that answer, which wakes the sender
                 queue.unsent.popleft()
                 throttled = limit < self.max_in_flight
                 if batch.closed and self.max_request_bytes is not None and throttled:
