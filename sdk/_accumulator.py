@@ -416,7 +416,7 @@ class RecordAccumulator:
                     later(due)
                     break
                 if not (batch.closed or self.flushing) and queue.in_flight:
-                    break  # fills until that answer, which wakes the sender
+                    break  # lingered out, but an answer is pending: it fills until then
                 queue.unsent.popleft()
                 throttled = limit < self.max_in_flight
                 if batch.closed and self.max_request_bytes is not None and throttled:
