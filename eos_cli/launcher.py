@@ -35,6 +35,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +66,13 @@ def port_range() -> tuple[int, int]:
     return (low, high) if 1024 <= low < high <= 65_536 else DEFAULT_PORT_RANGE
 
 
+#: Ports this process handed out lately, never handed out again while remembered: the
+#: services of one plan are given their ports before any of them binds, so without it a
+#: coordinator and a node of one cluster could be given the same port (seen: the
+#: coordinator's readiness check answered by the node, then ``POST /v1/topics`` → 404).
+_RECENT_PORTS: deque[int] = deque(maxlen=2048)
+
+
 def free_port() -> int:
     """A free loopback port in ``port_range()``, by default below 32000, outside the
     kernel's ephemeral range (32768 and up): a port from that range may be taken as the
@@ -74,12 +82,15 @@ def free_port() -> int:
     low, high = port_range()
     for _ in range(200):
         port = rng.randrange(low, high)
+        if port in _RECENT_PORTS:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        _RECENT_PORTS.append(port)
+        return port
     raise RuntimeError(f"no free port in {low}-{high}")
 
 

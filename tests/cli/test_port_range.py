@@ -36,3 +36,16 @@ def test_ports_and_port_bases_stay_in_the_slice(monkeypatch: pytest.MonkeyPatch)
     for _ in range(20):
         base = free_port_base()
         assert base % 100 == 0 and base >= 23_100 and base + 13 < 23_400
+
+
+def test_a_port_is_not_handed_out_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The services of one cluster get their ports before any binds: two of them must not
+    be given the same one. Ten ports in the range (one may be held by a service of another
+    test): different answers, then a clear refusal."""
+    monkeypatch.setenv(PORT_RANGE_ENV, "23500-23510")
+    ports: list[int] = []
+    with pytest.raises(RuntimeError, match="no free port"):
+        for _ in range(11):
+            ports.append(free_port())
+    assert len(ports) >= 8 and len(set(ports)) == len(ports)
+    assert all(23_500 <= port < 23_510 for port in ports)
