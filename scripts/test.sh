@@ -8,8 +8,9 @@
 # the tests of one module-scoped fixture or lane on one worker (`--dist loadgroup` in
 # pyproject.toml; docs/testing.md). `-m unit` runs in this process: it takes seconds, less
 # than starting the workers would. An explicit `-n` is left to pytest. The heavy tests
-# (marker `heavy`) install what they need themselves: the compose run prepares podman
-# from Debian's packages (scripts/podman-setup.sh, root) and fails if it cannot.
+# (marker `heavy`, one lane of the parallel run) install what they need themselves: the
+# compose run prepares podman from Debian's packages (scripts/podman-setup.sh, root) and
+# fails if it cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +23,7 @@ phase() {  # phase NAME: the previous phase ends here
   phase_start=$SECONDS
 }
 current_phase="install"
-# Failed tests and their service logs, from both pytest phases (tests/support/failure_report.py)
+# Failed tests and their service logs (tests/support/failure_report.py)
 export EOS_TEST_FAILURES
 EOS_TEST_FAILURES=$(mktemp -t eos-test-failures.XXXXXX)
 summary() {
@@ -94,9 +95,10 @@ phase "mypy"
 echo "== mypy"
 .venv/bin/mypy sdk eos_protocol eos_server partition_service coordinator_service eos_cli spark_jobs eos_security
 echo "== pytest"
-# Two phases: the tests in parallel, then the `heavy` ones (an image build and a compose
-# project, a Spark standalone cluster) alone, one at a time, so that neither they nor the
-# rest are squeezed on a small machine. A `-m EXPR` of the caller applies to both.
+# One parallel run: the `heavy` tests (an image build and a compose project, a Spark
+# standalone cluster) are one lane of it, handed out first (tests/support/xdist_groups.py),
+# so their waits on image layers, health checks and JVMs overlap the rest. A `-m EXPR` of
+# the caller applies as given.
 parallel=(-n "${EOS_TEST_WORKERS:-4}")
 marker=""
 rest=()
@@ -111,35 +113,17 @@ done
 if [ "$marker" = unit ]; then
   parallel=()  # seconds in this process, less than starting the workers would take
 fi
-run_pytest() {
-  set +e
-  .venv/bin/python -m pytest --durations=40 "$@"
-  local rc=$?
-  set -e
-  return "$rc"
-}
-first=0
-second=5
 # The soak runs (marker `soak`, scripts/soak.sh) are left out unless the caller's -m names them.
 if [[ "$marker" == *soak* ]]; then
-  runs=""
+  selection=${marker}
 else
-  runs="not soak and "
+  selection="not soak${marker:+ and ($marker)}"
 fi
 phase "pytest${marker:+ -m $marker}"
-run_pytest "${parallel[@]}" -m "${runs}${marker:+($marker) and }not heavy" ${rest[@]+"${rest[@]}"} || first=$?
-if [ "$marker" != unit ] && [ "$first" -eq 0 -o "$first" -eq 5 ]; then
-  phase "pytest, heavy tests alone"
-  echo "== pytest, heavy tests alone"
-  second=0
-  run_pytest -p no:cacheprovider -m "${runs}${marker:+($marker) and }heavy" ${rest[@]+"${rest[@]}"} || second=$?
-fi
-for rc in "$first" "$second"; do
-  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then
-    exit "$rc"
-  fi
-done
-if [ "$first" -eq 5 ] && [ "$second" -eq 5 ]; then
+rc=0
+.venv/bin/python -m pytest --durations=40 "${parallel[@]}" -m "$selection" ${rest[@]+"${rest[@]}"} || rc=$?
+if [ "$rc" -eq 5 ]; then
   echo "pytest selected no test (exit 5): not a failure"
+  exit 0
 fi
-exit 0
+exit "$rc"

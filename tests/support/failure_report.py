@@ -1,11 +1,11 @@
 """The last lines of a failed run: which tests failed, and where their services' logs are.
 
-A failure in the parallel phase scrolls away behind the heavy phase's output, and the
+A failure scrolls away behind the durations and reports printed after it, and the
 services' logs that explain it sit in a temporary folder nobody named. So each worker
 attaches to a failed test's report the log folders it can find — under the test's
 ``tmp_path`` and the roots of the cluster factories and clusters it used — and the
 controller prints them in its terminal summary and appends them to the file named by
-``EOS_TEST_FAILURES`` (``scripts/test.sh`` prints that file last, after both phases).
+``EOS_TEST_FAILURES`` (``scripts/test.sh`` prints that file last, after the phase times).
 
 Registered as a plugin by ``tests/conftest.py``.
 """
