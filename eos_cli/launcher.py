@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -110,6 +110,35 @@ class ServiceError(RuntimeError):
     """A service exited while starting, or was not ready in time."""
 
 
+class ChildProcess(Protocol):
+    """What ``ServiceProcess`` asks of its process: the part of ``subprocess.Popen`` it
+    uses, so that a spawner may hand back another kind."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | Any: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+#: How a service's process is started: ``(argv, env, log_path, own_session)`` → the
+#: process, or None to leave it to ``subprocess.Popen``. None by default; the test suite,
+#: which starts hundreds of services, puts one here that forks them from a process that
+#: has imported the services already (``tests/support/zygote.py``).
+Spawner = Callable[[list[str], dict[str, str], Path, bool], ChildProcess | None]
+SPAWNER: list[Spawner] = []
+
+
 class ServiceProcess:
     """One child process with its log in a file, ready when ``ready_path`` answers 200."""
 
@@ -141,7 +170,7 @@ class ServiceProcess:
         self.own_session = own_session  # Ctrl-C at a terminal reaches only the parent
         self.ready_path = ready_path
         self.data_dir = data_dir  # where the service keeps its data, when it has a place
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: ChildProcess | None = None
 
     @classmethod
     def python_module(cls, name: str, module: str, args: list[str], **kw: Any) -> ServiceProcess:
@@ -159,15 +188,21 @@ class ServiceProcess:
     def launch(self, env: Mapping[str, str] | None = None) -> None:
         """Start the process without waiting for it (``env`` replaces the service's own)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # the service stops if this process dies without stopping it
-                env={**(self.env if env is None else env), PARENT_PID_ENV: str(os.getpid())},
-                start_new_session=self.own_session,
-            )
+        # the service stops if this process dies without stopping it
+        environment = {**(self.env if env is None else env), PARENT_PID_ENV: str(os.getpid())}
+        spawned = next(
+            (p for spawn in SPAWNER
+             if (p := spawn(self.argv, environment, self.log_path, self.own_session))),
+            None,
+        )  # fmt: skip
+        if spawned is not None:
+            self.process = spawned
+        else:
+            with self.log_path.open("ab") as log:
+                self.process = subprocess.Popen(
+                    self.argv, stdout=log, stderr=subprocess.STDOUT, env=environment,
+                    start_new_session=self.own_session,
+                )  # fmt: skip
         if self.pid_path is not None:
             self.pid_path.parent.mkdir(parents=True, exist_ok=True)
             self.pid_path.write_text(f"{self.process.pid}\n")

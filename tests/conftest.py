@@ -23,12 +23,14 @@ from pathlib import Path
 import pytest
 
 from eos_cli.launcher import DEFAULT_PORT_RANGE, PORT_RANGE_ENV
-from tests.support import jvm_archive, tls_context
+from tests.support import jvm_archive, tls_context, zygote
 from tests.support.children import Children
 from tests.support.cluster import ClusterFactory
 from tests.support.jvm_archive import TEST_JVM_OPTIONS
 from tests.support.nodes import NodeProcess
 from tests.support.unit_guard import UnitGuard
+
+_ZYGOTE = pytest.StashKey["zygote.Zygote | None"]()
 
 pytest_plugins = [
     "pytester",
@@ -44,6 +46,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # set before the xdist workers start, so that they and their children inherit it
     os.environ.setdefault("JAVA_TOOL_OPTIONS", jvm_archive.jvm_options(TEST_JVM_OPTIONS))
     _own_ports()
+    config.stash[_ZYGOTE] = zygote.install()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    started = config.stash.get(_ZYGOTE, None)
+    if started is not None:
+        started.close()
 
 
 def _own_ports() -> None:
