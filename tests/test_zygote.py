@@ -77,3 +77,20 @@ def test_anything_but_a_preloaded_service_is_left_to_popen(zygote: Zygote, tmp_p
     assert zygote.spawn([sys.executable, "-m", "http.server"], {}, log, False) is None
     assert zygote.spawn(["python3.9", "-m", "partition_service"], {}, log, False) is None
     assert zygote.spawn([sys.executable, "-c", "pass"], {}, log, False) is None
+
+
+def test_a_dead_zygote_is_started_again(zygote: Zygote, tmp_path: Path) -> None:
+    first = NodeProcess(tmp_path / "a" / "node")
+    process = zygote.spawn(first.argv, first.env, first.log_path, False)
+    assert process is not None
+    process.kill()
+    process.wait(timeout=10)
+    dead = zygote.pid
+    os.kill(dead, signal.SIGKILL)
+    second = NodeProcess(tmp_path / "b" / "node")
+    second.process = zygote.spawn(second.argv, second.env, second.log_path, False)
+    try:
+        second.wait_ready(60)
+        assert zygote.pid != dead
+    finally:
+        second.kill()

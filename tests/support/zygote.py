@@ -32,6 +32,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -140,7 +141,20 @@ class Zygote:
         self.pid = 0
 
     def _started(self) -> subprocess.Popen[bytes]:
-        if self._process is None or self._process.poll() is not None:
+        if self._process is not None and self._process.poll() is not None:
+            # its children stopped with it (their parent is gone): say so where a red run
+            # can be explained from, the worker's other tests being unaware of it
+            note = (f"{time.strftime('%H:%M:%S')} zygote {self._process.pid} of "
+                    f"{os.environ.get('PYTEST_XDIST_WORKER', 'pytest')} ended "
+                    f"({self._process.returncode}); started again\n")  # fmt: skip
+            with (Path(tempfile.gettempdir()) / "eos-zygote.log").open("a") as log:
+                log.write(note)
+            for pipe in (self._process.stdin, self._process.stdout):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
+            self._process = None
+        if self._process is None:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.zygote"], cwd=ROOT,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -158,12 +172,21 @@ class Zygote:
         return answer
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One request, one answer; asked again of a new zygote if this one died (a spawn
+        had not happened; a poll of the old one's child is answered as ended)."""
         with self._lock:
-            process = self._started()
-            assert process.stdin is not None
-            process.stdin.write((json.dumps(request) + "\n").encode())
-            process.stdin.flush()
-            return self._read(process)
+            for attempt in (1, 2):
+                process = self._started()
+                assert process.stdin is not None
+                try:
+                    process.stdin.write((json.dumps(request) + "\n").encode())
+                    process.stdin.flush()
+                    return self._read(process)
+                except (OSError, RuntimeError):
+                    if attempt == 2:
+                        raise
+                    process.wait(timeout=10)  # gone: the next round starts another
+            raise AssertionError("unreachable")
 
     def spawn(
         self, argv: list[str], env: dict[str, str], log_path: Path, own_session: bool
