@@ -390,6 +390,9 @@ def build_session(
         # installed beside it), not whatever ``python3`` is first on the PATH. PySpark
         # reads the variable when the context starts, so the session config is not enough.
         os.environ["PYSPARK_PYTHON"] = sys.executable
+    if master and master.startswith("local") and os.environ["PYSPARK_PYTHON"] == sys.executable:
+        # ... and a daemon that imported the SDK once for all its workers (worker_daemon)
+        defaults["spark.python.daemon.module"] = "spark_jobs.worker_daemon"
     for variable in CREDENTIAL_VARIABLES:
         # The SDK in the executors reads its credentials from the same variables; Spark
         # redacts settings named like *token* in its UI and logs.

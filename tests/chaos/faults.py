@@ -12,7 +12,6 @@ import contextlib
 import os
 import random
 import signal
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from eos_cli.launcher import ChildProcess
 from tests.chaos.cluster import PrivatePostgres, chaos_spec
 from tests.chaos.copier import EXIT_FENCED
 from tests.chaos.history import History, OutputValue, TxnKey, load_copiers, read_events
@@ -345,7 +345,7 @@ class CopierPause(Fault):
         self.counts["injected"] += 1
 
     def _pause_in_transaction(
-        self, workload: Workload, zombie: subprocess.Popen[bytes], p: int, instance: int
+        self, workload: Workload, zombie: ChildProcess, p: int, instance: int
     ) -> int:
         """SIGSTOP the copier at a moment it has a transaction open at the coordinator;
         returns the producer epoch it holds."""

@@ -10,6 +10,7 @@ fault's back). The faults run in the test's thread and only use the methods here
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from eos_cli.launcher import SPAWNER, ChildProcess
 from sdk import AdminClient, Consumer, Producer, TopicPartition
 from tests.chaos.history import (
     History,
@@ -51,7 +53,7 @@ class CopierSlot:
     earlier ones (exit codes by instance)."""
 
     partition: int
-    process: subprocess.Popen[bytes] | None = None
+    process: ChildProcess | None = None
     instance: int = -1
     held: bool = False
     done: bool = False
@@ -70,7 +72,7 @@ class Workload:
         self.tid_prefix = f"chaos-copier-{run}"
         self.inputs: dict[int, list[str]] = {}
         self.slots = {p: CopierSlot(p) for p in range(config.partitions)}
-        self.reader: subprocess.Popen[bytes] | None = None
+        self.reader: ChildProcess | None = None
         self.lock = threading.RLock()  # the supervisor's, and a fault's taking a copier over
         self._stop = threading.Event()
         self._supervisor = threading.Thread(target=self._supervise, daemon=True)
@@ -135,11 +137,15 @@ class Workload:
 
     # --- copiers -------------------------------------------------------------------------
 
-    def _spawn(self, module: str, args: list[str], log: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, module: str, args: list[str], log: str) -> ChildProcess:
+        """``python -m module args``, forked from the worker's zygote when it has one
+        (``tests/support/zygote.py``: the SDK is imported there once), else by ``Popen``."""
+        argv = [sys.executable, "-m", module, *args]
+        for spawn in SPAWNER:
+            if (process := spawn(argv, dict(os.environ), self.dir / log, False)) is not None:
+                return process
         with open(self.dir / log, "ab") as out:
-            return subprocess.Popen(
-                [sys.executable, "-m", module, *args], stdout=out, stderr=subprocess.STDOUT
-            )
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
     def start_copier(self, partition: int) -> int:
         """Start a new instance of the partition's copier; returns its instance number.

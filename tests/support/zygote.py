@@ -42,11 +42,12 @@ from typing import Any
 from eos_cli.launcher import SPAWNER
 from eos_server.parent_watch import PARENT_PID_ENV
 
-#: The services a zygote can start, and what it imports for them before its first fork.
-SERVICES = ("coordinator_service", "partition_service")
+#: The services a zygote can start (and the chaos suite's clients, which import the SDK),
+#: and what it imports for them before its first fork.
+SERVICES = ("coordinator_service", "partition_service", "tests.chaos.copier", "tests.chaos.reader")
 PRELOAD = (
     "typer", "coordinator_service.cli", "coordinator_service.app",
-    "partition_service.cli", "partition_service.app",
+    "partition_service.cli", "partition_service.app", "sdk", "tests.chaos.history",
 )  # fmt: skip
 #: How often a wait asks the zygote whether its child has exited.
 POLL_S = 0.02
