@@ -131,10 +131,10 @@ class ChildProcess(Protocol):
     def kill(self) -> None: ...
 
 
-#: How a service's process is started: ``(argv, env, log_path, own_session)`` → the
-#: process, or None to leave it to ``subprocess.Popen``. None by default; the test suite,
-#: which starts hundreds of services, puts one here that forks them from a process that
-#: has imported the services already (``tests/support/zygote.py``).
+#: How a service's process may be started instead of by ``subprocess.Popen``: each
+#: spawner gets ``(argv, env, log_path, own_session)`` and returns the process, or None to
+#: pass. Empty by default; the test suite, which starts hundreds of services, puts one
+#: here that forks them from a process that imported them already (``tests/support/zygote.py``).
 Spawner = Callable[[list[str], dict[str, str], Path, bool], ChildProcess | None]
 SPAWNER: list[Spawner] = []
 
@@ -190,14 +190,12 @@ class ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # the service stops if this process dies without stopping it
         environment = {**(self.env if env is None else env), PARENT_PID_ENV: str(os.getpid())}
-        spawned = next(
-            (p for spawn in SPAWNER
-             if (p := spawn(self.argv, environment, self.log_path, self.own_session))),
-            None,
-        )  # fmt: skip
-        if spawned is not None:
-            self.process = spawned
-        else:
+        self.process = None
+        for spawn in SPAWNER:
+            self.process = spawn(self.argv, environment, self.log_path, self.own_session)
+            if self.process is not None:
+                break
+        if self.process is None:
             with self.log_path.open("ab") as log:
                 self.process = subprocess.Popen(
                     self.argv, stdout=log, stderr=subprocess.STDOUT, env=environment,
