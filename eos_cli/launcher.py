@@ -66,10 +66,8 @@ def port_range() -> tuple[int, int]:
     return (low, high) if 1024 <= low < high <= 65_536 else DEFAULT_PORT_RANGE
 
 
-#: Ports this process handed out lately, never handed out again while remembered: the
-#: services of one plan are given their ports before any of them binds, so without it a
-#: coordinator and a node of one cluster could be given the same port (seen: the
-#: coordinator's readiness check answered by the node, then ``POST /v1/topics`` → 404).
+#: Ports this process handed out lately, not handed out again: a plan's services get their
+#: ports before any binds, and a coordinator was once given its own node's port.
 _RECENT_PORTS: deque[int] = deque(maxlen=2048)
 
 
@@ -121,20 +119,15 @@ class ChildProcess(Protocol):
     def returncode(self) -> int | Any: ...
 
     def poll(self) -> int | None: ...
-
     def wait(self, timeout: float | None = None) -> int: ...
-
     def send_signal(self, sig: int) -> None: ...
-
     def terminate(self) -> None: ...
-
     def kill(self) -> None: ...
 
 
-#: How a service's process may be started instead of by ``subprocess.Popen``: each
-#: spawner gets ``(argv, env, log_path, own_session)`` and returns the process, or None to
-#: pass. Empty by default; the test suite, which starts hundreds of services, puts one
-#: here that forks them from a process that imported them already (``tests/support/zygote.py``).
+#: Spawners tried before ``subprocess.Popen``: ``(argv, env, log_path, own_session)`` → the
+#: process, or None to pass. Empty by default; the test suite puts one here that forks its
+#: hundreds of services from a process that imported them once (``tests/support/zygote.py``).
 Spawner = Callable[[list[str], dict[str, str], Path, bool], ChildProcess | None]
 SPAWNER: list[Spawner] = []
 
