@@ -11,13 +11,25 @@ from coordinator_service.clock import FakeClock
 from tests.coordinator.helpers import add, code, describe, end, init, ok, topic, transaction_row
 from tests.support.coordinators import FakeNodes
 
+#: A's lease: longer than any test here runs, however loaded the machine. A renews
+#: nothing (no background loops), so with a lease of seconds a slow start of B could make
+#: A give its partitions up before the test had even begun.
+A_LEASE_MS = 600_000
+#: B's: its clock is moved past A's lease, not waited for.
+B_LEASE_MS = 5_000
+
+
+def past_a_lease(b_clock: FakeClock) -> None:
+    """B's clock past every lease A took (A stops renewing: think paused)."""
+    b_clock.set(int(time.time() * 1000) + A_LEASE_MS + 1_000)
+
 
 def test_takeover_fences_the_ex_owner(
     coordinator_factory: Any, pg_url: str, fake_nodes: FakeNodes
 ) -> None:
-    a = coordinator_factory(background=False, lease_ms=5_000)
+    a = coordinator_factory(background=False, lease_ms=A_LEASE_MS)
     b_clock = FakeClock(int(time.time() * 1000))
-    b = coordinator_factory(background=False, lease_ms=5_000, lease_clock=b_clock)
+    b = coordinator_factory(background=False, lease_ms=B_LEASE_MS, lease_clock=b_clock)
     assert len(a.services.leases.owned) == 50 and not b.services.leases.owned
     with a.client() as ca, b.client() as cb:
         topic(ca)
@@ -34,7 +46,7 @@ def test_takeover_fences_the_ex_owner(
         assert describe(cb, "f")["state"] == "Ongoing"
 
         # A stops renewing (think: paused); once its lease ran out B takes every partition.
-        b_clock.advance(6_000)
+        past_a_lease(b_clock)
         b.call(b.services.leases.run_round)
         assert len(b.services.leases.owned) == 50
         before = transaction_row(pg_url, "f")
@@ -61,16 +73,16 @@ def test_late_marker_of_ex_owner_is_fenced_by_the_node(
 ) -> None:
     """A Prepare* left by the ex-owner is finished by the new owner; the ex-owner's markers,
     carrying the older coordinator epoch, are refused by the node and it gives up."""
-    a = coordinator_factory(background=False, lease_ms=5_000)
+    a = coordinator_factory(background=False, lease_ms=A_LEASE_MS)
     b_clock = FakeClock(int(time.time() * 1000))
-    b = coordinator_factory(background=False, lease_ms=5_000, lease_clock=b_clock)
+    b = coordinator_factory(background=False, lease_ms=B_LEASE_MS, lease_clock=b_clock)
     with a.client() as ca, b.client() as cb:
         topic(ca)
         pid, epoch = init(ca, "m")
         ok(add(ca, "m", pid, epoch, 0, 1, 2, 3))
         fake_nodes.down.update({1, 2})
         ok(end(ca, "m", pid, epoch, wait=False))
-        b_clock.advance(6_000)
+        past_a_lease(b_clock)
         b.call(b.services.leases.run_round)  # B loads PrepareCommit and resumes markers
         fake_nodes.down.clear()
         ok(end(cb, "m", pid, epoch, wait=True))

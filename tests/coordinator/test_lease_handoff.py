@@ -12,6 +12,10 @@ from tests.support.coordinators import FakeNodes
 
 PARTITIONS = 50
 
+#: Longer than any test here runs, however loaded the machine: nothing renews a lease
+#: between the rounds a test calls, and none of these tests waits for one to run out.
+LEASE_MS = 60_000
+
 
 def _tid_on(partitions: set[int], prefix: str) -> str:
     for i in range(10_000):
@@ -28,7 +32,7 @@ def _owned(coordinator: Any) -> set[int]:
 def test_a_second_instance_gets_half_and_resumes_the_markers_handed_over(
     coordinator_factory: Any, fake_nodes: FakeNodes
 ) -> None:
-    a = coordinator_factory(background=False, lease_ms=5_000)
+    a = coordinator_factory(background=False, lease_ms=LEASE_MS)
     assert len(_owned(a)) == PARTITIONS
     moving = _tid_on(set(range(25, 50)), "moving")  # the highest partitions are given
     staying = _tid_on(set(range(0, 25)), "staying")
@@ -40,7 +44,7 @@ def test_a_second_instance_gets_half_and_resumes_the_markers_handed_over(
         assert ok(end(ca, moving, pid, epoch, wait=False))["state"] == "PrepareCommit"
         spid, sepoch = init(ca, staying)
 
-        b = coordinator_factory(background=False, lease_ms=5_000)
+        b = coordinator_factory(background=False, lease_ms=LEASE_MS)
         assert not _owned(b), "a holds every live lease: nothing is free for b"
         a.call(a.services.leases.run_round)  # a hands b's share over
         assert _owned(a) == set(range(25))
@@ -76,7 +80,7 @@ def test_a_second_instance_gets_half_and_resumes_the_markers_handed_over(
 def test_three_instances_split_seventeen_seventeen_sixteen_and_a_leaver_is_covered(
     coordinator_factory: Any,
 ) -> None:
-    instances = [coordinator_factory(background=False, lease_ms=5_000) for _ in range(3)]
+    instances = [coordinator_factory(background=False, lease_ms=LEASE_MS) for _ in range(3)]
     for _ in range(3):
         for c in instances:
             c.call(c.services.leases.run_round)
