@@ -44,11 +44,11 @@ from coordinator_service.partition_state import (
     ControllerFence,
     Liveness,
     PartitionKey,
+    StatesReader,
     StoredPartition,
     compare_and_set,
     latest_beats,
     read_heartbeats,
-    read_states,
 )
 from eos_protocol.replication import NO_LEADER
 
@@ -112,6 +112,7 @@ class Controller:
         self._renewed_ms = 0
         self._reported: set[PartitionKey] = set()
         self._full_round: tuple[int, AliveSet] | None = None  # when, and what it saw alive
+        self._states = StatesReader()  # a full round builds only changed states anew
 
     # --- the lease -----------------------------------------------------------------------
 
@@ -197,7 +198,7 @@ class Controller:
         if not rebalance and not self._full_round_due(now, alive):
             return 0
         self._full_round = (now, alive)
-        stored, bad = await self._db.run(read_states)
+        stored, bad, _changed = await self._db.run(self._states)
         for key, reason in bad.items():
             self._set_aside(key, f"unreadable row: {reason}")
         assert self.epoch is not None

@@ -278,6 +278,11 @@ class Metadata:
         # topics created by this instance so far: a refresh whose read may predate one of
         # them must not drop it (see ``refresh``)
         self._created = 0
+        #: Changes this instance made to the cache itself (a topic created, a partition's
+        #: creation on its node), and how many there were when ``_last_read`` was loaded.
+        self._touched = 0
+        self._last_read: tuple[list[TopicRow], list[PartitionRow]] | None = None
+        self._touched_at_read: int | None = None
         #: Called (on the event loop) after a refresh found a partition's leader moved.
         self.leader_listeners: list[Callable[[], None]] = []
         self._refresh_wanted = asyncio.Event()
@@ -322,11 +327,19 @@ class Metadata:
         when no topic was created here while the read ran: a read that began before the
         creation committed would otherwise drop the new topic from this instance's view
         (and its creator's answer) until the next refresh."""
-        created = self._created
+        created, touched = self._created, self._touched
         topic_rows, rows = await self._db.run(_load_all)
+        read = (topic_rows, rows)
+        if read == self._last_read and self._touched_at_read == touched == self._touched:
+            # nothing changed, in the database or here: the cache is what a load would
+            # make (with thousands of partitions, loading each second was most of an
+            # idle coordinator's CPU)
+            return
         if self._created == created:
             self._topics = {}
         self._load(topic_rows, rows)
+        self._last_read = read
+        self._touched_at_read = touched if self._touched == touched else None
 
     def request_refresh(self) -> None:
         """Read the partition states again soon (a leader seems to have moved)."""
@@ -441,6 +454,7 @@ class Metadata:
         retention = self.default_retention.with_defaults(retention_ms, retention_bytes)
         placement = place_replicas(name, partitions, list(self.nodes), replication.factor)
         self._created += 1
+        self._touched += 1
         try:
             await self._db.run(
                 _insert_topic, name, placement, False, self._clock.now_ms(), replication,
@@ -474,6 +488,7 @@ class Metadata:
         return await self.topic(name)
 
     def _creation_state(self, key: PartitionKey, created: bool, error: str | None) -> None:
+        self._touched += 1
         cached = self._partitions.get(key)
         if cached is not None:
             self._partitions[key] = CachedPartition(

@@ -38,6 +38,7 @@ from coordinator_service.election import decide
 from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.partition_state import (
     Liveness,
+    StatesReader,
     StoredPartition,
     compare_and_set,
     latest_beats,
@@ -119,6 +120,7 @@ class Replication:
         self.metrics = metrics or CoordinatorMetrics()
         # when the states were read, them, and whether no change was made here since
         self._cache: tuple[float, list[StoredPartition], bool] | None = None
+        self._reader = StatesReader()  # builds the states again only when a row changed
         # each node's states and their digest, for the states of ``_cache``
         self._views: dict[int, tuple[str, list[StoredPartition]]] = {}
         self._reported: set[tuple[str, int]] = set()
@@ -260,7 +262,10 @@ class Replication:
 
     async def _read_states(self) -> list[StoredPartition]:
         started = time.monotonic()
-        states, bad = await self._db.run(read_states)
+        states, bad, changed = await self._db.run(self._reader)
+        if not changed:  # the views and digests of the last read stand
+            self._cache = (started, states, True)
+            return states
         self._views = {}
         for key, reason in bad.items():
             if key not in self._reported:

@@ -356,17 +356,16 @@ def test_rounds_read_every_partition_only_when_the_live_nodes_change_or_a_sessio
 ) -> None:
     """An idle cluster's controller reads the heartbeats each round and the partition
     states only when a node died or came back, or once a session timeout."""
-    import coordinator_service.controller as controller_module
-
     create(client, "idle", 4, 3)
     full_reads: list[int] = []
-    real = controller_module.read_states
+    controller = coordinator.services.controller
+    real = controller._states
 
     def counted(conn: Any) -> Any:
         full_reads.append(clock.now_ms())
         return real(conn)
 
-    monkeypatch.setattr(controller_module, "read_states", counted)
+    monkeypatch.setattr(controller, "_states", counted)
     beat(client, 1, 2, 3)
     run_round(coordinator)
     first = len(full_reads)
