@@ -106,8 +106,11 @@ def fake_nodes() -> BatchNodes:
 
 @pytest.fixture
 def coordinator(coordinator_factory: CoordinatorFactory) -> InProcessCoordinator:
+    # a batch of 500 partitions answered by the fake nodes of a loaded machine may take
+    # longer than the 5 s default; a node taken for away would be asked again later, and
+    # these tests count the requests of one round
     return coordinator_factory(lease_clock=FakeClock(), background=False,
-                               node_session_timeout_ms=2_000)  # fmt: skip
+                               node_session_timeout_ms=2_000, node_timeout_ms=60_000)  # fmt: skip
 
 
 @pytest.fixture
