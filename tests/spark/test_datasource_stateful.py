@@ -110,17 +110,26 @@ def test_append_mode_emits_each_closed_window_once_with_the_batch_count(
     source = cluster.create_topic(partitions=1, prefix="st-in")
     sink = cluster.create_topic(partitions=2, prefix="st-app")
     produce_events(cluster.url, source)
-    query = (
-        _windows(spark, cluster, source).writeStream.format("eos").outputMode("append")
-        .option("bootstrap", cluster.url).option("topic", sink)
-        .option("transactionalIdPrefix", uid("st-app"))
-        .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start()
-    )  # fmt: skip
-    try:
-        query.awaitTermination(300)
-        assert query.exception() is None, str(query.exception())
-    finally:
-        query.stop()
+    prefix = uid("st-app")
+    for attempt in (1, 2):
+        query = (
+            _windows(spark, cluster, source).writeStream.format("eos").outputMode("append")
+            .option("bootstrap", cluster.url).option("topic", sink)
+            .option("transactionalIdPrefix", prefix)
+            .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
+            .start()
+        )  # fmt: skip
+        try:
+            query.awaitTermination(300)
+        finally:
+            query.stop()
+        error = query.exception()
+        # Spark gives its source's Python worker a fixed 10 s to connect back; on a loaded
+        # machine it may fail the query before its first batch. Started again from the
+        # checkpoint, as a user would: the sink is exactly once across restarts.
+        if error is None or attempt == 2 or "failed to connect back" not in str(error):
+            break
+    assert error is None, str(error)
     keys = [str(r.key) for r in read_all(cluster.url, sink)]
     assert len(keys) == len(set(keys)), Counter(keys)  # a closed window is emitted once
     expected = batch_counts(spark, cluster, source)
