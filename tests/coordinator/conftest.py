@@ -1,4 +1,5 @@
-"""Fixtures of the coordinator tests: a fresh PostgreSQL database per test, fake storage
+"""Fixtures of the coordinator tests: a fresh PostgreSQL database per test (and an engine
+on it, ``db``, for the tests that read or write its rows by hand), fake storage
 nodes, and a factory of in-process coordinators that stops them all at the end. (Tests
 with real processes take their cluster from ``cluster_factory``.)"""
 
@@ -8,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from tests.support.coordinators import (
     FakeNodes,
@@ -21,6 +23,13 @@ from tests.support.coordinators import (
 def pg_url() -> Iterator[str]:
     with temp_database() as url:
         yield url
+
+
+@pytest.fixture
+def db(pg_url: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(pg_url)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture

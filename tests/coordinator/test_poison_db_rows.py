@@ -10,11 +10,9 @@ database migrated by Alembic.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 import sqlalchemy as sa
 
 from coordinator_service.clock import FakeClock
@@ -43,13 +41,6 @@ END $$;
 CREATE TRIGGER refuse_poisoned BEFORE UPDATE OR DELETE ON transactions
   FOR EACH ROW EXECUTE FUNCTION refuse_poisoned();
 """
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(pg_url)
-    yield engine
-    engine.dispose()
 
 
 def sql(engine: sa.Engine, statement: str, **params: Any) -> None:

@@ -47,13 +47,6 @@ def client(coordinator: InProcessCoordinator) -> Iterator[httpx.Client]:
         yield c
 
 
-@pytest.fixture
-def db(pg_url: str) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(pg_url)
-    yield engine
-    engine.dispose()
-
-
 def beat(client: httpx.Client, node: int) -> dict[str, Any]:
     return dict(ok(client.post(f"/internal/v1/nodes/{node}/heartbeat",
                                json={"url": f"http://node{node}.test"}, headers=INTERNAL)))

@@ -7,7 +7,6 @@ change made by another writer, by hand here, is seen at the next read."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,13 +14,6 @@ import sqlalchemy as sa
 
 from coordinator_service.partition_state import StatesReader
 from tests.coordinator.helpers import ok, topic
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(pg_url)
-    yield engine
-    engine.dispose()
 
 
 def _set(engine: sa.Engine, statement: str, **params: Any) -> None:
