@@ -31,10 +31,14 @@ from coordinator_service.api import (
     replication,
     transactions,
 )
+from coordinator_service.api import groups as groups_api
 from coordinator_service.clock import Clock, SystemClock
 from coordinator_service.controller import Controller, ensure_controller_row
 from coordinator_service.db.engine import UNAVAILABLE, Database, make_engine, upgrade
 from coordinator_service.expiry import ExpiryScanner
+from coordinator_service.groups.coordinator import GroupCoordinator
+from coordinator_service.groups.fencing import GroupFence
+from coordinator_service.groups.offsets import GroupOffsets
 from coordinator_service.hanging.detector import HangingDetector
 from coordinator_service.hanging.nodes import NodeCalls
 from coordinator_service.instances import InstanceRegistry
@@ -180,6 +184,16 @@ def create_app(
                 on_handoff=coordinator.hand_off, metrics=metrics,
             )
             coordinator.leases = leases
+            groups = GroupCoordinator(
+                db=db, metadata=md, clock=txn_clock, lease_clock=leases_clock,
+                log_partitions=settings.txn_log_partitions,
+                session_timeout_ms=settings.group_session_timeout_ms,
+                heartbeat_interval_ms=settings.group_heartbeat_interval_ms,
+                rebalance_timeout_ms=settings.group_rebalance_timeout_ms,
+                max_size=settings.group_max_size,
+            )
+            groups.leases = leases
+            coordinator.fence = GroupFence(db)
             expiry = ExpiryScanner(
                 coordinator, clock=txn_clock, interval_ms=settings.expiry_scan_interval_ms,
                 expiration_ms=settings.transactional_id_expiration_ms, metrics=metrics,
@@ -234,7 +248,7 @@ def create_app(
                 coordinator=coordinator, leases=leases, expiry=expiry, metrics=metrics,
                 node_id=node_id, writer=writer, access=access, acl_rules=acl_rules,
                 instances=instances, controller=controller, replication=replicas,
-                hanging=detector,
+                hanging=detector, groups=groups, group_offsets=GroupOffsets(http, md),
             )
         except BaseException:
             if http is not None:
@@ -256,6 +270,7 @@ def create_app(
                 tasks.append(asyncio.create_task(leases.run_forever(), name="leases"))
                 tasks.append(asyncio.create_task(expiry.run_forever(), name="expiry"))
                 tasks.append(asyncio.create_task(detector.run_forever(), name="hanging"))
+                tasks.append(asyncio.create_task(groups.run_forever(), name="groups"))
             log.info(
                 "coordinator %s (node id %d) ready at %s, owning %d log partitions",
                 settings.instance_id, node_id, settings.effective_public_url,
@@ -301,6 +316,7 @@ def create_app(
     app.include_router(hanging.router)
     app.include_router(acls.router)
     app.include_router(transactions.router)
+    app.include_router(groups_api.router)
     console.install(app)
     internal.install(app, settings.internal_token)
     replication.install(app, settings.internal_token)

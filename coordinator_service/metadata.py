@@ -286,6 +286,7 @@ class Metadata:
         #: Called (on the event loop) after a refresh found a partition's leader moved.
         self.leader_listeners: list[Callable[[], None]] = []
         self._refresh_wanted = asyncio.Event()
+        self._counts: dict[str, int] | None = None
         self.reconciler = Reconciler(
             db, nodes=self.nodes, client=client, internal_token=internal_token,
             interval_ms=reconcile_interval_ms, metrics=self.metrics,
@@ -300,6 +301,7 @@ class Metadata:
 
     def _load(self, topic_rows: list[TopicRow], rows: list[PartitionRow]) -> None:
         moved = False
+        self._counts = None
         for t in topic_rows:
             self._topics[t.name] = CachedTopic(
                 int(t.partitions), int(t.replication_factor), int(t.min_insync_replicas),
@@ -365,6 +367,14 @@ class Metadata:
             await self.refresh()
             cached = self._partitions.get((topic, partition))
         return None if cached is None else cached.leader
+
+    def topic_partition_counts(self) -> dict[str, int]:
+        """{topic: partition count} as the cache holds it: the same object until the
+        cache changes, so a caller may key its own memo on it (the group coordinator
+        resolves subscriptions against it on every heartbeat)."""
+        if self._counts is None:
+            self._counts = {name: t.partitions for name, t in self._topics.items()}
+        return self._counts
 
     def cached_leader(self, topic: str, partition: int) -> int | None:
         cached = self._partitions.get((topic, partition))
@@ -470,6 +480,7 @@ class Metadata:
         self._topics[name] = CachedTopic(
             partitions, replication.factor, replication.min_insync, retention
         )
+        self._counts = None
         await self.reconciler.create_topic_partitions(name)
         if replication.factor > 1 and self.deliver_states is not None:
             states, _ = await self._db.run(read_states, name)

@@ -11,6 +11,8 @@ from coordinator_service.clock import Clock
 from coordinator_service.controller import Controller
 from coordinator_service.db.engine import Database
 from coordinator_service.expiry import ExpiryScanner
+from coordinator_service.groups.coordinator import GroupCoordinator
+from coordinator_service.groups.offsets import GroupOffsets
 from coordinator_service.hanging.detector import HangingDetector
 from coordinator_service.instances import InstanceRegistry
 from coordinator_service.leases import LeaseManager
@@ -49,3 +51,5 @@ class Services:
     controller: Controller
     replication: Replication
     hanging: HangingDetector
+    groups: GroupCoordinator
+    group_offsets: GroupOffsets

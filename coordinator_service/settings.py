@@ -211,6 +211,26 @@ class CoordinatorSettings(SecuritySettings):
         "(abort marker with a bumped epoch; the COMMIT marker again for committed data). "
         "Unset: only report them.",
     )
+    group_session_timeout_ms: int = Field(
+        default=45_000, ge=1_000, le=3_600_000,
+        description="A consumer group member that sends no heartbeat for this long is "
+        "removed and its partitions go to others (Kafka's group.consumer.session.timeout.ms).",
+    )
+    group_heartbeat_interval_ms: int = Field(
+        default=5_000, ge=100, le=600_000,
+        description="How often group members heartbeat; a heartbeat with nothing to tell is "
+        "held up to this long and answered at once when the member's assignment changes.",
+    )
+    group_rebalance_timeout_ms: int = Field(
+        default=300_000, ge=1_000, le=3_600_000,
+        description="How long a member that names none may take to let go of revoked "
+        "partitions before it is removed (Kafka's max.poll.interval.ms).",
+    )
+    group_max_size: int = Field(
+        default=2_000, ge=1, le=100_000,
+        description="The most members one consumer group may have; a join past it is "
+        "refused with GROUP_MAX_SIZE_REACHED.",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
     log_format: Literal["json", "text"] = Field(
         default="json", description="Structured JSON lines, or text for a terminal."

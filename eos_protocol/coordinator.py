@@ -58,8 +58,13 @@ RetentionBytes = Annotated[
 
 
 class KeyType(StrEnum):
+    """``transaction``: the coordinator owning a transactional id. ``group``: the storage
+    node holding a group's committed offsets. ``consumer_group``: the coordinator owning
+    a group's membership (heartbeats)."""
+
     TRANSACTION = "transaction"
     GROUP = "group"
+    CONSUMER_GROUP = "consumer_group"
 
 
 class NodeInfo(AnswerModel):
@@ -348,6 +353,24 @@ class AddOffsetsRequest(WireModel):
     producer_id: ProducerId
     producer_epoch: ProducerEpoch
     group_id: IdString
+    member_id: str | None = Field(
+        default=None, min_length=1, max_length=64,
+        description="The consumer's group member id (KIP-447): a member fenced since, or "
+        "one that no longer owns `partitions`, cannot commit this transaction.",
+    )
+    member_epoch: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    partitions: list[TopicPartition] | None = Field(
+        default=None, max_length=100_000,
+        description="The partitions whose offsets the transaction commits (with member_id).",
+    )
+
+    @model_validator(mode="after")
+    def _member_whole(self) -> AddOffsetsRequest:
+        if (self.member_id is None) != (self.member_epoch is None):
+            raise ValueError("member_id and member_epoch come together")
+        if self.partitions is not None and self.member_id is None:
+            raise ValueError("partitions need a member_id")
+        return self
 
 
 class EndTransactionRequest(WireModel):

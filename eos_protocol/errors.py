@@ -17,6 +17,7 @@ The exception tree::
     ├── AbortableError                 the transaction must be aborted, the producer lives on
     │   ├── OutOfOrderSequenceNumberError, UnknownProducerIdError, TransactionAbortableError
     │   ├── TopicAuthorizationFailedError, GroupAuthorizationFailedError
+    │   ├── FencedMemberEpochError, UnknownMemberIdError   (a group member was fenced)
     │   └── MessageTooLargeError, InvalidRecordError, UnknownTopicOrPartitionError
     ├── FatalError                     the producer instance is finished: close it
     │   ├── ProducerFencedError, InvalidProducerEpochError, InvalidProducerIdMappingError
@@ -27,7 +28,9 @@ The exception tree::
     │       ClusterAuthorizationFailedError
     └── (plain)                        request errors that say nothing about a producer
         InvalidRequestError, TopicAlreadyExistsError, OffsetOutOfRangeError,
-        NotFoundError, InternalError
+        NotFoundError, InternalError, UnreleasedInstanceIdError,
+        GroupMaxSizeReachedError, GroupIdNotFoundError, NonEmptyGroupError,
+        InvalidRegularExpressionError
 
 Beyond docs/design.md §4 the catalogue adds ``OFFSET_OUT_OF_RANGE`` (416, a fetch past the log
 end), ``NOT_FOUND`` (404, an unknown path) and ``INTERNAL_ERROR`` (500, a bug: never expected).
@@ -384,6 +387,59 @@ _ROWS: list[tuple[str, str, int, type[EosError], str]] = [
         RetriableError,
         "The request carries a newer leader epoch than this replica knows yet.",
     ),
+    # consumer groups (KIP-848, KIP-447)
+    (
+        "FencedMemberEpochError",
+        "FENCED_MEMBER_EPOCH",
+        409,
+        AbortableError,
+        "The group member's epoch is not its current one: it was fenced (its partitions may "
+        "belong to another member now). A transaction carrying it must abort; the member "
+        "joins again with epoch 0.",
+    ),
+    (
+        "UnknownMemberIdError",
+        "UNKNOWN_MEMBER_ID",
+        404,
+        AbortableError,
+        "The group has no such member (it left or was removed after its session timed "
+        "out). A transaction carrying it must abort; the member joins again.",
+    ),
+    (
+        "UnreleasedInstanceIdError",
+        "UNRELEASED_INSTANCE_ID",
+        409,
+        PlainError,
+        "Another member with this static instance id is still in the group.",
+    ),
+    (
+        "GroupMaxSizeReachedError",
+        "GROUP_MAX_SIZE_REACHED",
+        409,
+        PlainError,
+        "The group has as many members as the coordinator allows.",
+    ),
+    (
+        "GroupIdNotFoundError",
+        "GROUP_ID_NOT_FOUND",
+        404,
+        PlainError,
+        "No group by this id is on record.",
+    ),
+    (
+        "NonEmptyGroupError",
+        "NON_EMPTY_GROUP",
+        409,
+        PlainError,
+        "The group still has members; the operation needs an empty group.",
+    ),
+    (
+        "InvalidRegularExpressionError",
+        "INVALID_REGULAR_EXPRESSION",
+        400,
+        PlainError,
+        "The subscription's regular expression does not compile.",
+    ),
 ]
 
 _CLASS_OF_BASE = {
@@ -451,3 +507,10 @@ NotEnoughReplicasError = ERROR_CLASSES["NOT_ENOUGH_REPLICAS"]
 NotEnoughReplicasAfterAppendError = ERROR_CLASSES["NOT_ENOUGH_REPLICAS_AFTER_APPEND"]
 FencedLeaderEpochError = ERROR_CLASSES["FENCED_LEADER_EPOCH"]
 UnknownLeaderEpochError = ERROR_CLASSES["UNKNOWN_LEADER_EPOCH"]
+FencedMemberEpochError = ERROR_CLASSES["FENCED_MEMBER_EPOCH"]
+UnknownMemberIdError = ERROR_CLASSES["UNKNOWN_MEMBER_ID"]
+UnreleasedInstanceIdError = ERROR_CLASSES["UNRELEASED_INSTANCE_ID"]
+GroupMaxSizeReachedError = ERROR_CLASSES["GROUP_MAX_SIZE_REACHED"]
+GroupIdNotFoundError = ERROR_CLASSES["GROUP_ID_NOT_FOUND"]
+NonEmptyGroupError = ERROR_CLASSES["NON_EMPTY_GROUP"]
+InvalidRegularExpressionError = ERROR_CLASSES["INVALID_REGULAR_EXPRESSION"]

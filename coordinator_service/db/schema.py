@@ -151,3 +151,51 @@ acls = sa.Table(
         "permission", name="uq_acls_binding",
     ),
 )
+
+# --- consumer groups (KIP-848): membership and assignment, owned by lease ----------------
+# A group belongs to the transaction log partition its id hashes to, so the instance that
+# holds that lease is its group coordinator. Every write is fenced by that lease, as
+# transaction writes are. Sets of partitions are JSON text ([[topic, partition], ...]).
+consumer_groups = sa.Table(
+    "consumer_groups",
+    metadata,
+    sa.Column("group_id", sa.String(249), primary_key=True),
+    sa.Column("lease_partition", sa.Integer, nullable=False, index=True),
+    sa.Column("group_epoch", sa.Integer, nullable=False),
+    sa.Column("assignment_epoch", sa.Integer, nullable=False),
+    # {topic: partition count} the target assignment was computed for
+    sa.Column("subscribed_metadata", sa.Text, nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+)
+
+group_members = sa.Table(
+    "group_members",
+    metadata,
+    sa.Column("group_id", sa.String(249), primary_key=True),
+    sa.Column("member_id", sa.String(64), primary_key=True),
+    sa.Column("instance_id", sa.String(249), nullable=True),
+    sa.Column("rack_id", sa.String(249), nullable=True),
+    sa.Column("client_host", sa.String(255), nullable=True),
+    sa.Column("member_epoch", sa.Integer, nullable=False),
+    sa.Column("previous_member_epoch", sa.Integer, nullable=False),
+    sa.Column("rebalance_timeout_ms", sa.Integer, nullable=False),
+    sa.Column("subscribed_topic_names", sa.Text, nullable=False),
+    sa.Column("subscribed_topic_regex", sa.Text, nullable=True),
+    sa.Column("assigned", sa.Text, nullable=False),
+    sa.Column("pending_revocation", sa.Text, nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+)
+
+# What a transaction's AddOffsetsToTxn claimed for a group member (KIP-447): checked again
+# when the transaction commits, so a member fenced in between cannot commit its offsets.
+group_txn_claims = sa.Table(
+    "group_txn_claims",
+    metadata,
+    sa.Column("transactional_id", sa.String(249), primary_key=True),
+    sa.Column("group_id", sa.String(249), primary_key=True),
+    sa.Column("producer_id", sa.BigInteger, nullable=False),
+    sa.Column("txn_start_ms", sa.BigInteger, nullable=False),
+    sa.Column("member_id", sa.String(64), nullable=False),
+    sa.Column("member_epoch", sa.Integer, nullable=False),
+    sa.Column("partitions", sa.Text, nullable=False),
+)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from coordinator_service.clock import Clock
 from coordinator_service.db.engine import Database
+from coordinator_service.groups.fencing import GroupFence
 from coordinator_service.leases import LeaseManager
 from coordinator_service.markers import MarkerChannel, MarkerJob
 from coordinator_service.metadata import Metadata
@@ -101,6 +102,7 @@ class TransactionCoordinator:
         self._max_timeout_ms = max_timeout_ms
         self._init_wait_s = init_wait_ms / 1000
         self.leases: LeaseManager | None = None  # set by the app once both exist
+        self.fence: GroupFence | None = None  # set by the app (group offsets, KIP-447)
         self.cache: dict[int, dict[str, TxnRecord]] = {}
         # producer id -> transactional id of the cached records (KIP-890's verification)
         self._by_producer: dict[int, str] = {}
@@ -383,7 +385,7 @@ class TransactionCoordinator:
         partition = group_offsets_partition(req.group_id, self._metadata.offsets_partitions)
         await self._add(
             tid, req.producer_id, req.producer_epoch,
-            [(CONSUMER_OFFSETS_TOPIC, partition)], [req.group_id],
+            [(CONSUMER_OFFSETS_TOPIC, partition)], [req.group_id], claim=req,
         )
 
     async def _add(
@@ -393,6 +395,7 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: list[TopicPartitionKey],
         groups: list[str],
+        claim: AddOffsetsRequest | None = None,
     ) -> None:
         async with self._lock(tid):
             token, records = await self._owned(tid)
@@ -406,10 +409,13 @@ class TransactionCoordinator:
                 )
             if decision.outcome is Outcome.INVALID:
                 raise InvalidTxnStateError(f"transactional id {tid!r} is {rec.state.value}")
-            if st.adds_nothing(rec, partitions, groups):
-                return
-            await self._write(rec, st.add_partitions(rec, partitions, groups,
-                                                     self._clock.now_ms()), token)
+            new = rec if st.adds_nothing(rec, partitions, groups) else st.add_partitions(
+                rec, partitions, groups, self._clock.now_ms()
+            )
+            if claim is not None and self.fence is not None:  # KIP-447: before any write
+                await self.fence.claim(tid, rec.producer_id, new.txn_start_ms or 0, claim)
+            if new is not rec:
+                await self._write(rec, new, token)
 
     async def add_for_producer(
         self, producer_id: int, producer_epoch: int, tp: TopicPartitionKey
@@ -463,6 +469,10 @@ class TransactionCoordinator:
             if not retry:
                 st.check_producer(rec, producer_id, producer_epoch)
             decision = decide(rec.state, event, last_decision_matches=rec.decision is event)
+            if commit and rec.groups and self.fence is not None and (
+                decision.outcome is Outcome.TRANSITION and rec.state is TransactionState.ONGOING
+            ):  # KIP-447: a member fenced since its AddOffsetsToTxn cannot commit
+                await self.fence.verify(tid, rec.producer_id, rec.txn_start_ms or 0)
             if retry and decision.outcome is not Outcome.RETRY_SUCCESS:
                 st.check_producer(rec, producer_id, producer_epoch)  # the other decision
             job: MarkerJob | None = None

@@ -40,7 +40,8 @@ OPERATION_IDS = {
         "getProducerTransaction", "addProducerPartition", "health", "ready", "metrics",
         "listAcls", "createAcls", "deleteAcls", "getAclSnapshot", "getLiveCoordinators",
         "nodeHeartbeat", "alterPartition", "alterPartitions", "alterTopicConfig",
-        "listHangingTransactions", "abortHangingTransaction",
+        "listHangingTransactions", "abortHangingTransaction", "consumerGroupHeartbeat",
+        "listGroups", "describeGroup", "deleteGroup",
     },
     "node": {
         "produceRecords", "fetchRecords", "getPartitionOffsets", "describeProducers",

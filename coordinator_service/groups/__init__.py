@@ -1,0 +1,1 @@
+"""The group coordinator: KIP-848 consumer group membership, assignment and fencing."""
