@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection
 from coordinator_service.db.engine import Database
 from coordinator_service.groups import store
 from coordinator_service.groups.membership import Member, Partitions
+from coordinator_service.transactions.state import TxnRecord
 from eos_protocol.coordinator import AddOffsetsRequest
 from eos_protocol.errors import FencedMemberEpochError, UnknownMemberIdError
 
@@ -97,10 +98,13 @@ class GroupFence:
 
         await self._db.run(run)
 
-    async def verify(self, transactional_id: str, producer_id: int, txn_start_ms: int) -> None:
-        """At commit: every claim of this transaction still holds."""
-        claims = await self._db.run(store.read_claims, transactional_id, producer_id,
-                                    txn_start_ms)
+    async def verify_commit(self, transactional_id: str, rec: TxnRecord) -> None:
+        """At commit: every claim of this transaction still holds (a transaction that
+        commits no offsets has none, and costs no read)."""
+        if not rec.groups:
+            return
+        claims = await self._db.run(store.read_claims, transactional_id, rec.producer_id,
+                                    rec.txn_start_ms or 0)
         for group_id, member_id, epoch, partitions, member, has_members in claims:
             check_member(group_id, member_id, epoch, partitions or None, member,
                          1 if has_members else 0)

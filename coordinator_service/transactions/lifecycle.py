@@ -203,9 +203,8 @@ class TransactionCoordinator:
     async def _lost(self, token: LeaseToken) -> None:
         assert self.leases is not None
         await self.leases.drop(token.log_partition)
-        raise NotCoordinatorError(
-            f"lease on transaction log partition {token.log_partition} was lost"
-        )
+        raise NotCoordinatorError(f"lease on transaction log partition {token.log_partition} "
+                                  "was lost")
 
     def _job_for(self, rec: TxnRecord, token: LeaseToken) -> MarkerJob:
         pending: dict[int, set[TopicPartitionKey]] = {}
@@ -213,18 +212,11 @@ class TransactionCoordinator:
             node = self._metadata.cached_leader(topic, partition)
             if node is not None:
                 pending.setdefault(node, set()).add((topic, partition))
-        result = (
-            MarkerResult.COMMIT
-            if rec.state is TransactionState.PREPARE_COMMIT
-            else MarkerResult.ABORT
-        )
+        commit = rec.state is TransactionState.PREPARE_COMMIT
         job = MarkerJob(
-            transactional_id=rec.transactional_id,
-            token=token,
-            producer_id=rec.producer_id,
+            transactional_id=rec.transactional_id, token=token, producer_id=rec.producer_id,
             producer_epoch=rec.producer_epoch,
-            result=result,
-            pending=pending,
+            result=MarkerResult.COMMIT if commit else MarkerResult.ABORT, pending=pending,
             created_ms=self._clock.now_ms(),
         )
         return self.markers.submit(job)
@@ -469,14 +461,12 @@ class TransactionCoordinator:
             if not retry:
                 st.check_producer(rec, producer_id, producer_epoch)
             decision = decide(rec.state, event, last_decision_matches=rec.decision is event)
-            if commit and rec.groups and self.fence is not None and (
-                decision.outcome is Outcome.TRANSITION and rec.state is TransactionState.ONGOING
-            ):  # KIP-447: a member fenced since its AddOffsetsToTxn cannot commit
-                await self.fence.verify(tid, rec.producer_id, rec.txn_start_ms or 0)
             if retry and decision.outcome is not Outcome.RETRY_SUCCESS:
                 st.check_producer(rec, producer_id, producer_epoch)  # the other decision
             job: MarkerJob | None = None
             if decision.outcome is Outcome.TRANSITION:
+                if commit and self.fence is not None:  # KIP-447: no commit by a zombie
+                    await self.fence.verify_commit(tid, rec)
                 new_pid = await self._pids.next_id() if st.end_exhausts_epoch(rec) else None
                 new = st.prepare_end(rec, commit, self._clock.now_ms(), new_pid)
                 await self._write(rec, new, token)

@@ -41,7 +41,7 @@ OPERATION_IDS = {
         "listAcls", "createAcls", "deleteAcls", "getAclSnapshot", "getLiveCoordinators",
         "nodeHeartbeat", "alterPartition", "alterPartitions", "alterTopicConfig",
         "listHangingTransactions", "abortHangingTransaction", "consumerGroupHeartbeat",
-        "listGroups", "describeGroup", "deleteGroup",
+        "listGroups", "describeGroup", "deleteGroup", "resetGroupOffsets",
     },
     "node": {
         "produceRecords", "fetchRecords", "getPartitionOffsets", "describeProducers",
