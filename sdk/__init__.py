@@ -16,6 +16,11 @@ Blocking clients and their asyncio twins (``Async*``) behave alike::
                 {("orders", 0): consumer.position(("orders", 0))}, "enricher"
             )
 
+A consumer that subscribes (``subscribe``) is a member of its group: the coordinator
+shares the topics' partitions out among the members, and a transaction that commits the
+consumer's offsets names the member (``consumer.group_metadata()``), so the offsets of a
+member fenced meanwhile are refused (KIP-447).
+
 Errors: the wire errors of ``eos_protocol.errors`` (``RetriableError``, ``AbortableError``,
 ``FatalError`` and their codes' classes) and the client's own (``ClientError`` tree).
 
@@ -38,10 +43,13 @@ from eos_protocol.errors import (
     CoordinatorNotAvailableError,
     EosError,
     FatalError,
+    FencedMemberEpochError,
     GroupAuthorizationFailedError,
+    GroupMaxSizeReachedError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidRecordError,
+    InvalidRegularExpressionError,
     InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
@@ -61,8 +69,10 @@ from eos_protocol.errors import (
     TransactionalIdNotFoundError,
     TransactionCoordinatorFencedError,
     UnauthenticatedError,
+    UnknownMemberIdError,
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
+    UnreleasedInstanceIdError,
     UnstableOffsetCommitError,
     UnsupportedVersionError,
 )
@@ -78,7 +88,13 @@ from sdk._errors import (
 )
 from sdk._record_futures import AsyncRecordFutures, RecordFutures
 from sdk._state import ProducerState
-from sdk._types import ConsumerRecord, OffsetAndMetadata, RecordMetadata, TopicPartition
+from sdk._types import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    RecordMetadata,
+    TopicPartition,
+)
 from sdk.admin import AdminClient
 from sdk.aio.admin import AsyncAdminClient
 from sdk.aio.consumer import AsyncConsumer
@@ -100,6 +116,7 @@ __all__ = [
     "ClientError",
     "ConcurrentTransactionsError",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "CoordinatorLoadInProgressError",
     "CoordinatorNotAvailableError",
@@ -107,11 +124,14 @@ __all__ = [
     "EosError",
     "EosTimeoutError",
     "FatalError",
+    "FencedMemberEpochError",
     "GroupAuthorizationFailedError",
+    "GroupMaxSizeReachedError",
     "IllegalStateError",
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
     "InvalidRecordError",
+    "InvalidRegularExpressionError",
     "InvalidRequestError",
     "InvalidTransactionTimeoutError",
     "InvalidTxnStateError",
@@ -146,8 +166,10 @@ __all__ = [
     "TransactionalIdNotFoundError",
     "TransactionalProducer",
     "UnauthenticatedError",
+    "UnknownMemberIdError",
     "UnknownProducerIdError",
     "UnknownTopicOrPartitionError",
+    "UnreleasedInstanceIdError",
     "UnstableOffsetCommitError",
     "UnsupportedVersionError",
     "UseDefault",

@@ -47,6 +47,10 @@ def resolve_timeout(value: TimeoutArg, default_ms: int | None) -> float | None:
     return value
 
 
+#: The rebalance timeouts a group member may ask for (the heartbeat's bounds).
+MIN_REBALANCE_TIMEOUT_MS = 1_000
+MAX_REBALANCE_TIMEOUT_MS = 3_600_000
+
 #: A partition's batch closes at this many bytes (Kafka's ``batch.size`` is 16 KB). A
 #: request over HTTP costs both sides far more than a Kafka request does (parsing,
 #: routing, an answer of its own), so batches 16 times Kafka's carry the default producer
@@ -156,7 +160,10 @@ class ProducerConfig:
 class ConsumerConfig:
     """Settings of ``Consumer``. ``auto_offset_reset`` applies when a partition has no
     committed offset (or the committed one is out of range): ``earliest`` or ``latest``.
-    ``token`` and ``ca_file`` are as in ``ProducerConfig``."""
+    ``token`` and ``ca_file`` are as in ``ProducerConfig``. ``group_instance_id`` makes a
+    subscribed consumer a static member (a restart under the same id gets its partitions
+    back without a rebalance); ``rebalance_timeout_ms`` is how long it may take to let go
+    of revoked partitions (None: the coordinator's default)."""
 
     bootstrap_url: str | Sequence[str]
     group_id: str | None = None
@@ -169,9 +176,20 @@ class ConsumerConfig:
     headers: dict[str, str] = field(default_factory=dict)
     token: str | None = None
     ca_file: str | None = None
+    group_instance_id: str | None = None
+    rebalance_timeout_ms: int | None = None
 
     def __post_init__(self) -> None:
         parse_url_list(self.bootstrap_url, "bootstrap")
+        if self.group_instance_id is not None and not self.group_instance_id:
+            raise ValueError("group_instance_id must not be empty")
+        if self.rebalance_timeout_ms is not None and not (
+            MIN_REBALANCE_TIMEOUT_MS <= self.rebalance_timeout_ms <= MAX_REBALANCE_TIMEOUT_MS
+        ):
+            raise ValueError(
+                f"rebalance_timeout_ms must be within {MIN_REBALANCE_TIMEOUT_MS}.."
+                f"{MAX_REBALANCE_TIMEOUT_MS}"
+            )
         if self.isolation_level not in ("read_committed", "read_uncommitted"):
             raise ValueError("isolation_level is read_committed or read_uncommitted")
         if self.auto_offset_reset not in ("earliest", "latest"):

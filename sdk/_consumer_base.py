@@ -27,6 +27,7 @@ is asked the new way again after ``OLDER_NODE_RECHECK_S``.
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,14 +159,40 @@ class ConsumerCore:
         self._next = 0  # where the next poll starts, so no partition starves
         self._older: dict[str, float] = {}  # node URL -> read per partition until then
         self.closed = False
+        #: The partitions come from the group (``subscribe``), not from ``assign``.
+        self.subscribed = False
 
     def check_open(self) -> None:
         if self.closed:
             raise IllegalStateError("the consumer is closed")
 
     def assign(self, partitions: list[TopicPartition] | list[tuple[str, int]]) -> None:
+        if self.subscribed:
+            raise IllegalStateError(
+                "assign() and subscribe() exclude each other: this consumer is subscribed "
+                "(call unsubscribe() first)"
+            )
         wanted = [_tp(tp) for tp in partitions]
         self.positions = {tp: self.positions.get(tp, PartitionPosition()) for tp in wanted}
+
+    def check_can_subscribe(self) -> None:
+        """A group id is needed, and no partitions assigned by hand (Kafka's rule)."""
+        self.require_group()
+        if not self.subscribed and self.positions:
+            raise IllegalStateError(
+                "assign() and subscribe() exclude each other: this consumer has partitions "
+                "assigned by hand (call unsubscribe() or assign([]) first)"
+            )
+
+    def add_partitions(self, partitions: Iterable[TopicPartition]) -> None:
+        """The group gave these partitions: read them from positions yet to be found."""
+        for tp in partitions:
+            self.positions.setdefault(tp, PartitionPosition())
+
+    def remove_partitions(self, partitions: Iterable[TopicPartition]) -> None:
+        """Let go of these partitions: their positions and buffered records are dropped."""
+        for tp in partitions:
+            self.positions.pop(tp, None)
 
     def assignment(self) -> set[TopicPartition]:
         return set(self.positions)

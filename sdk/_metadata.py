@@ -1,6 +1,6 @@
 """What the client knows about the cluster: the coordinators it may ask, partitions and
 their leaders, the coordinator of its transactional id, the storage node of each consumer
-group. No I/O here.
+group's offsets and the coordinator of each group's membership. No I/O here.
 
 The coordinators come from ``bootstrap`` (one URL, a comma-separated list, or a sequence,
 as Kafka's ``bootstrap.servers``) and from the live instances the cluster names
@@ -110,6 +110,7 @@ class MetadataCache:
         self._stale: set[str] = set()  # leaders to look up again (the count stays valid)
         self.txn_coordinator: str | None = None
         self._group_nodes: dict[str, str] = {}
+        self._group_coordinators: dict[str, str] = {}  # membership (heartbeats)
         #: What the cluster understands; None until a metadata answer came.
         self.features: ClusterFeatures | None = None
 
@@ -182,6 +183,22 @@ class MetadataCache:
 
     def invalidate_group(self, group_id: str) -> None:
         self._group_nodes.pop(group_id, None)
+
+    def group_coordinator(self, group_id: str) -> str | None:
+        """The coordinator that owns ``group_id``'s membership (its heartbeats)."""
+        return self._group_coordinators.get(group_id)
+
+    def set_group_coordinator(self, group_id: str, url: str) -> None:
+        self._group_coordinators[group_id] = url.rstrip("/")
+
+    def invalidate_group_coordinator(self, group_id: str, exc: BaseException) -> None:
+        """As for a transactional id: go to the owner a NOT_COORDINATOR names, or find
+        it again."""
+        url = refind_target(exc)
+        if url is None:
+            self._group_coordinators.pop(group_id, None)
+        else:
+            self._group_coordinators[group_id] = url
 
 
 def features_of(metadata: dict[str, Any]) -> ClusterFeatures:

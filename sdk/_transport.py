@@ -66,6 +66,7 @@ class Req(enum.StrEnum):
     OFFSET_COMMIT = "offset_commit"
     TXN_OFFSET_COMMIT = "txn_offset_commit"
     OFFSET_FETCH = "offset_fetch"
+    GROUP_HEARTBEAT = "group_heartbeat"
     LIST_TRANSACTIONS = "list_transactions"
     DESCRIBE_TRANSACTION = "describe_transaction"
     DESCRIBE_PRODUCERS = "describe_producers"
@@ -168,6 +169,9 @@ POLICIES: dict[Req, RetryPolicy] = {
     Req.OFFSET_COMMIT: _node(),
     Req.TXN_OFFSET_COMMIT: _node(_NODE_REFIND | _ROUTING),
     Req.OFFSET_FETCH: _node(),
+    # A repeated heartbeat reports the same epoch and partitions. A repeated join (its
+    # answer lost) makes a second member, whose partitions come free when its session ends.
+    Req.GROUP_HEARTBEAT: RetryPolicy(idempotent=True),
     Req.LIST_TRANSACTIONS: RetryPolicy(idempotent=True),
     Req.DESCRIBE_TRANSACTION: RetryPolicy(idempotent=True),
     Req.DESCRIBE_PRODUCERS: _node(),
@@ -455,12 +459,14 @@ class SyncTransport:
         params: dict[str, Any] | None = None,
         timeout_s: float | None = None,
         invalidate: Invalidate | None = None,
+        attempt_s: float | None = None,
     ) -> Any:
         """Send with the retry rule of ``req``; ``base()`` is asked for the target on
         every attempt so a re-found coordinator is used at once. ``json`` may be a
-        callable, asked for the body of each attempt."""
+        callable, asked for the body of each attempt. ``attempt_s``: how long one attempt
+        may take, when the request's row does not say (a long poll waits longer)."""
         shape = _RetryShape(req, self.retry, timeout_s, invalidate)
-        each_s = attempt_timeout_s(shape.policy, self.retry)
+        each_s = attempt_timeout_s(shape.policy, self.retry) if attempt_s is None else attempt_s
         try:
             for attempt in Retrying(**shape.kwargs()):
                 with attempt:
@@ -549,9 +555,10 @@ class AsyncTransport:
         params: dict[str, Any] | None = None,
         timeout_s: float | None = None,
         invalidate: Invalidate | None = None,
+        attempt_s: float | None = None,
     ) -> Any:
         shape = _RetryShape(req, self.retry, timeout_s, invalidate)
-        each_s = attempt_timeout_s(shape.policy, self.retry)
+        each_s = attempt_timeout_s(shape.policy, self.retry) if attempt_s is None else attempt_s
         try:
             async for attempt in AsyncRetrying(**shape.kwargs()):
                 with attempt:

@@ -31,7 +31,7 @@ condition) and the step's I/O outside it, so a sequence never blocks the sender.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
@@ -57,7 +57,7 @@ from sdk._metadata import (
 from sdk._producer_base import Body, ProducerCore, normalise_offsets
 from sdk._state import ProducerState
 from sdk._transport import MEMBERS_PARAMS, MEMBERS_PATH, Invalidate, Req, error_from_body
-from sdk._types import Offsets, Payload, TopicPartition
+from sdk._types import ConsumerGroupMetadata, Offsets, Payload, TopicPartition
 from sdk._versions import (
     choose_transaction_version,
     refused_field,
@@ -388,15 +388,21 @@ def _complete_end(core: ProducerCore, answer: dict[str, Any] | None) -> None:
 
 
 def send_offsets_to_transaction(
-    core: ProducerCore, offsets: Offsets, group_id: str, timeout: TimeoutArg
+    core: ProducerCore,
+    offsets: Offsets,
+    group: str | ConsumerGroupMetadata,
+    timeout: TimeoutArg,
 ) -> Steps[None]:
     """AddOffsetsToTxn at the coordinator, then TxnOffsetCommit at the group's node. A
-    failure makes the transaction abortable (fatal stays fatal)."""
+    failure makes the transaction abortable (fatal stays fatal): FENCED_MEMBER_EPOCH and
+    UNKNOWN_MEMBER_ID (the member named by ``group``'s metadata lost the partitions) among
+    them."""
     wanted = normalise_offsets(offsets)
+    group_id = group if isinstance(group, str) else group.group_id
     core.txn.ensure_can_add_offsets()
     try:
         yield txn_call(
-            core, Req.ADD_OFFSETS, "offsets", {**core.end_body(), "group_id": group_id}, timeout
+            core, Req.ADD_OFFSETS, "offsets", add_offsets_body(core, group, wanted), timeout
         )
         core.txn.on_offsets_added(group_id)
         yield Call(
@@ -411,6 +417,28 @@ def send_offsets_to_transaction(
     except Exception as exc:
         core.on_request_error(exc)
         raise
+
+
+def add_offsets_body(
+    core: ProducerCore, group: str | ConsumerGroupMetadata, offsets: Iterable[TopicPartition]
+) -> dict[str, Any]:
+    """AddOffsetsToTxn's body. With a member's metadata it names the member, its epoch and
+    the partitions whose offsets the transaction commits (KIP-447): the coordinator
+    refuses them, and the commit, once that member no longer holds them. Metadata without
+    a member (the consumer is joining, or was fenced) names none, which a group that has
+    members refuses too."""
+    if isinstance(group, str):
+        return {**core.end_body(), "group_id": group}
+    body: dict[str, Any] = {**core.end_body(), "group_id": group.group_id}
+    if group.member_id is not None and group.member_epoch >= 1:
+        body.update(
+            member_id=group.member_id,
+            member_epoch=group.member_epoch,
+            partitions=[
+                {"topic": tp.topic, "partition": tp.partition} for tp in sorted(set(offsets))
+            ],
+        )
+    return body
 
 
 def commit_transaction(core: ProducerCore, timeout: TimeoutArg) -> Steps[None]:

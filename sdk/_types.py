@@ -7,6 +7,7 @@ dictionary keys (``{TopicPartition("orders", 0): 42}``), and unpack them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import NamedTuple
 
 #: A key or value as the user gives it: text travels as UTF-8, bytes as base64.
@@ -71,6 +72,24 @@ class ConsumerRecord(NamedTuple):
     value: Payload | None
     headers: dict[str, str]
     timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadata:
+    """Who a consumer is in its group, for a transaction that commits its offsets
+    (KIP-447): with it, the coordinator refuses the offsets (and the commit) of a member
+    that was fenced or lost the partitions since it read them. ``member_id`` is None and
+    ``member_epoch`` -1 while the consumer is no member (not subscribed, or joining).
+
+    Example::
+
+        producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+    """
+
+    group_id: str
+    member_id: str | None = None
+    member_epoch: int = -1
+    instance_id: str | None = None
 
 
 #: Offsets as the calls take them: keyed by ``TopicPartition`` or plain ``(topic, partition)``

@@ -1,9 +1,13 @@
 # Generated from sdk/aio/consumer.py by sdk/_unasync.py: edit that file, not this one.
-"""``Consumer``: assign partitions, poll records, commit group offsets (blocking twin).
+"""``Consumer``: assign partitions or subscribe, poll records, commit group offsets
+(blocking twin).
 
 Partitions are assigned by the application (``assign``), as with Kafka's manual
-assignment; the group id only names where committed offsets live. With the default
-``read_committed`` a record of an aborted or still open transaction is never returned.
+assignment, or by the group's coordinator (``subscribe``, KIP-848): the consumer is then
+a member of its group, heartbeats in the background (``sdk/_heartbeat.py``) and runs the
+rebalance callbacks inside ``poll``, where it takes on and lets go of partitions
+(``GroupMember``). With the default ``read_committed`` a record of an aborted or still
+open transaction is never returned.
 The logic is ``ConsumerCore``'s; this module only does the I/O. Each fetch asks for
 more records than a poll returns, and while the application works on a poll's records
 the next chunk of each partition with more to read is fetched ahead (``_prefetch``).
@@ -28,6 +32,8 @@ from eos_protocol.errors import EosError, NotFoundError, OffsetOutOfRangeError
 from eos_protocol.fetch_many import MAX_FETCH_PARTITIONS
 from sdk._config import USE_DEFAULT, ConsumerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._consumer_base import FETCH_MANY_PATH, ConsumerCore, NodeAnswer, decode_records
+from sdk._group_base import GroupMember
+from sdk._heartbeat import Heartbeat, RebalanceCallback
 from sdk._metadata import (
     Bootstrap,
     find_coordinator_params,
@@ -40,6 +46,7 @@ from sdk._prefetch import Prefetcher
 from sdk._producer_base import normalise_offsets
 from sdk._transport import Req, SyncTransport
 from sdk._types import (
+    ConsumerGroupMetadata,
     ConsumerRecord,
     OffsetAndMetadata,
     Offsets,
@@ -51,7 +58,8 @@ _DEFAULT_TIMEOUT_MS = 30_000
 
 
 class Consumer:
-    """Reads records of assigned partitions; ``read_committed`` by default.
+    """Reads records of assigned (or, subscribed, of its group's) partitions;
+    ``read_committed`` by default.
 
     Example::
 
@@ -60,6 +68,11 @@ class Consumer:
             for record in consumer.poll(timeout=1.0):
                 print(record.offset, record.value)
             consumer.commit()
+
+    Or as a member of the group, which shares the topic's partitions out::
+
+        consumer.subscribe(["orders"], on_revoked=lambda parts: print("revoked", parts))
+        records = consumer.poll(timeout=1.0)
     """
 
     def __init__(
@@ -71,6 +84,8 @@ class Consumer:
         auto_offset_reset: str = "earliest",
         max_poll_records: int = 500,
         fetch_max_wait_ms: int = 500,
+        group_instance_id: str | None = None,
+        rebalance_timeout_ms: int | None = None,
         retry: RetryConfig | None = None,
         headers: dict[str, str] | None = None,
         token: str | None = None,
@@ -84,6 +99,8 @@ class Consumer:
             auto_offset_reset=auto_offset_reset,
             max_poll_records=max_poll_records,
             fetch_max_wait_ms=fetch_max_wait_ms,
+            group_instance_id=group_instance_id,
+            rebalance_timeout_ms=rebalance_timeout_ms,
             retry=retry or RetryConfig(),
             headers=headers or {},
             token=token,
@@ -95,6 +112,14 @@ class Consumer:
         )
         self._http.on_unreachable = self._core.metadata.unreachable
         self._ahead: Prefetcher[NodeAnswer] = Prefetcher()
+        self._group = GroupMember(
+            group_id or "", config.retry, instance_id=group_instance_id,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+        )  # fmt: skip
+        self._heartbeat = Heartbeat(self._group, self._core.metadata, config, transport)
+        self._on_assigned: RebalanceCallback | None = None
+        self._on_revoked: RebalanceCallback | None = None
+        self._on_lost: RebalanceCallback | None = None
 
     def __enter__(self) -> Consumer:
         return self
@@ -105,13 +130,64 @@ class Consumer:
     # --- assignment and positions --------------------------------------------------------
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
-        """Read exactly these partitions from now on (positions of kept ones stay)."""
+        """Read exactly these partitions from now on (positions of kept ones stay).
+        ``IllegalStateError`` while subscribed: the group assigns the partitions then."""
         self._core.check_open()
         self._core.assign([as_topic_partition(tp) for tp in partitions])
         self._ahead.forget(self._core.assignment())
 
     def assignment(self) -> set[TopicPartition]:
+        """The partitions read now (subscribed: those the group gave and poll took on)."""
         return self._core.assignment()
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | None = None,
+        on_assigned: RebalanceCallback | None = None,
+        on_revoked: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """Join the group (at the next poll) to read ``topics``, or every topic whose
+        whole name matches ``pattern``; the coordinator shares their partitions out among
+        the members. Called again, it changes the subscription (and the callbacks).
+
+        The callbacks get a set of partitions and run inside ``poll``, ``unsubscribe`` and
+        ``close``: ``on_revoked`` before partitions go to another member (commit their
+        offsets there), ``on_assigned`` once new ones were added (their positions are
+        the committed offsets, unless the callback seeks), ``on_lost`` when the member was
+        fenced and its partitions may be another's already (committing them would fail).
+        ``IllegalStateError`` if partitions were assigned by hand, or without a group id.
+        """
+        self._core.check_open()
+        self._core.check_can_subscribe()
+        for callback in (on_assigned, on_revoked, on_lost):
+            if callback is not None:
+                self._heartbeat.check_callback(callback)
+        names = [topics] if isinstance(topics, str) else None if topics is None else list(topics)
+        self._group.subscribe(names, pattern)
+        self._core.subscribed = True
+        self._on_assigned, self._on_revoked, self._on_lost = on_assigned, on_revoked, on_lost
+        self._heartbeat.wake()
+
+    def unsubscribe(self) -> None:
+        """Leave the group (``on_revoked`` runs first for the partitions read), or drop the
+        partitions assigned by hand."""
+        self._core.check_open()
+        if self._core.subscribed:
+            failure = self._leave_group()
+            self._core.subscribed = False
+            if failure is not None:
+                raise failure
+        self._core.assign([])
+        self._ahead.forget(())
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The membership the last poll's records were read under, for
+        ``send_offsets_to_transaction`` (a fenced member's offsets are refused)."""
+        self._core.require_group()
+        return self._group.group_metadata()
 
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         """Read ``partition`` from ``offset`` at the next poll."""
@@ -161,11 +237,16 @@ class Consumer:
         self._core.check_open()
         timeout_s = resolve_timeout(timeout, 0) or 0.0
         deadline = time.monotonic() + timeout_s
-        self._resolve_positions(max(timeout_s, _DEFAULT_TIMEOUT_MS / 1000))
         records: list[ConsumerRecord] = []
         first = True
         while True:
+            if self._core.subscribed:
+                self._rebalance()
+            self._resolve_positions(max(timeout_s, _DEFAULT_TIMEOUT_MS / 1000))
             order = self._core.poll_order()
+            if not order and self._core.subscribed and time.monotonic() < deadline:
+                self._heartbeat.wait_changed(deadline - time.monotonic())
+                continue  # nothing to read yet: wait for the group to assign some
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             wait_ms = self._core.wait_for_round(first, remaining_ms)
             sent = self._send_round(order, wait_ms)
@@ -315,6 +396,65 @@ class Consumer:
         answer.fetched[tp] = (body, decode_records(tp, body))
         return answer
 
+    # --- group membership ----------------------------------------------------------------
+
+    def _rebalance(self) -> None:
+        """Apply what the group changed since the last round: lost partitions, then
+        revoked ones, then assigned ones, each with its callback. A callback's error is
+        raised once the changes are made (Kafka's rule), as is a refused join."""
+        self._heartbeat.start()
+        error = self._group.take_error()
+        if error is not None:
+            raise error
+        plan = self._group.reconcile()
+        failure: BaseException | None = None
+        if plan.lost:
+            failure = self._let_go(plan.lost, self._on_lost)
+        if plan.revoked:
+            failure = self._let_go(plan.revoked, self._on_revoked) or failure
+        if plan.assigned:
+            self._core.add_partitions(plan.assigned)
+            self._group.acquired(plan.assigned)
+            self._heartbeat.wake()
+            failure = self._callback(self._on_assigned, plan.assigned) or failure
+        if failure is not None:
+            raise failure
+
+    def _let_go(
+        self, parts: frozenset[TopicPartition], callback: RebalanceCallback | None
+    ) -> BaseException | None:
+        """Run ``callback`` (the application commits there), then stop reading ``parts``
+        and have the next heartbeat say so at once."""
+        failure = self._callback(callback, parts)
+        self._core.remove_partitions(parts)
+        self._ahead.forget(self._core.assignment())
+        self._group.released(parts)
+        self._heartbeat.wake()
+        return failure
+
+    def _callback(
+        self, callback: RebalanceCallback | None, parts: frozenset[TopicPartition]
+    ) -> BaseException | None:
+        if callback is None:
+            return None
+        try:
+            self._heartbeat.invoke(callback, set(parts))
+        except Exception as exc:
+            return exc
+        return None
+
+    def _leave_group(self) -> BaseException | None:
+        """Let go of everything (its callback first), then leave the group."""
+        plan = self._group.release_all()
+        failure: BaseException | None = None
+        if plan.lost:
+            failure = self._let_go(plan.lost, self._on_lost)
+        if plan.revoked:
+            failure = self._let_go(plan.revoked, self._on_revoked) or failure
+        self._heartbeat.stop()
+        self._heartbeat.leave()
+        return failure
+
     # --- group offsets -------------------------------------------------------------------
 
     def commit(
@@ -413,7 +553,18 @@ class Consumer:
         return url
 
     def close(self) -> None:
-        if not self._core.closed:
+        """Leave the group if subscribed (``on_revoked`` runs first; a static member's
+        partitions wait for it until its session ends), then release everything."""
+        if self._core.closed:
+            return
+        failure: BaseException | None = None
+        try:
+            if self._core.subscribed:
+                failure = self._leave_group()
+        finally:
             self._core.closed = True
+            self._heartbeat.close()
             self._ahead.close()
             self._http.close()
+        if failure is not None:
+            raise failure

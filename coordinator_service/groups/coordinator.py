@@ -375,6 +375,7 @@ class GroupCoordinator:
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = STATIC_LEAVE_EPOCH  # its partitions wait for it
             await self._save(token, group, {member.member_id}, set())
+            self._announce_move(group.group_id)  # its own held heartbeat ends now
         else:
             release(group, member.member_id)
             await self._save(token, group, set(), {member.member_id})
@@ -448,6 +449,11 @@ class GroupCoordinator:
 
     def member_count(self) -> int:
         return sum(len(g.members) for _, g in self._groups.values())
+
+    def coordinated(self) -> list[Group]:
+        """The groups loaded here under a lease, for the metrics (read-only: mutate them
+        only under ``locked``)."""
+        return [g for _, g in self._groups.values()]
 
 
 __all__ = ["NOTHING", "GroupCoordinator"]

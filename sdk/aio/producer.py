@@ -38,7 +38,7 @@ from sdk._record_futures import AsyncRecordFutures
 from sdk._state import ProducerState
 from sdk._transport import AsyncTransport
 from sdk._txn_calls import AwaitInFlight, Call, Flush, Produce, Step, Steps
-from sdk._types import Offsets, Payload, RecordMetadata
+from sdk._types import ConsumerGroupMetadata, Offsets, Payload, RecordMetadata
 
 T = TypeVar("T")
 
@@ -421,12 +421,19 @@ class AsyncTransactionalProducer(_AsyncProducerBase):
     async def send_offsets_to_transaction(
         self,
         offsets: Offsets,
-        group_id: str,
+        group_id_or_metadata: str | ConsumerGroupMetadata,
         timeout: TimeoutArg = USE_DEFAULT,
     ) -> None:
-        """Commit the group's offsets with this transaction (AddOffsetsToTxn at the
-        coordinator, then TxnOffsetCommit at the group's storage node)."""
-        await self._drive(calls.send_offsets_to_transaction(self._core, offsets, group_id, timeout))
+        """Commit the consumer group's offsets with this transaction (the offsets are the
+        next records to read). AddOffsetsToTxn at the coordinator, then TxnOffsetCommit
+        at the group's storage node.
+
+        Pass the consumer's ``group_metadata()`` rather than its group id when it is
+        subscribed (KIP-447): the offsets, and the commit, are then refused with
+        ``FencedMemberEpochError`` or ``UnknownMemberIdError`` once that member lost the
+        partitions (the producer is then in ABORTABLE_ERROR: abort the transaction)."""
+        await self._drive(calls.send_offsets_to_transaction(
+            self._core, offsets, group_id_or_metadata, timeout))
 
     async def commit_transaction(self, timeout: TimeoutArg = USE_DEFAULT) -> None:
         """Flush, wait for every acknowledgement, then commit at the coordinator."""
