@@ -3,8 +3,9 @@
 The lifespan owns everything with a life of its own and stops it in reverse order: the
 database engine (migrated with Alembic first, unless told not to), the HTTP client for the
 storage nodes, the marker channel, the leases and the background loops (lease renewal,
-expiry scan, partition reconciler, metadata refresh, the controller). Clocks and the node
-transport are parameters, so tests drive time by hand and can stand in for storage nodes.
+expiry scan, partition reconciler, metadata refresh, the controller, group sessions and
+group lag). Clocks and the node transport are parameters, so tests drive time by hand and
+can stand in for storage nodes.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from coordinator_service.db.engine import UNAVAILABLE, Database, make_engine, up
 from coordinator_service.expiry import ExpiryScanner
 from coordinator_service.groups.coordinator import GroupCoordinator
 from coordinator_service.groups.fencing import GroupFence
+from coordinator_service.groups.lag_sampler import LagSampler
 from coordinator_service.groups.offsets import GroupOffsets
 from coordinator_service.hanging.detector import HangingDetector
 from coordinator_service.hanging.nodes import NodeCalls
@@ -242,13 +244,17 @@ def create_app(
                 abort_after_ms=settings.abort_hanging_after_ms,
                 interval_ms=settings.hanging_scan_interval_ms,
             )
+            group_offsets = GroupOffsets(http, md)
+            group_lag = LagSampler(groups, group_offsets, metrics,
+                                   interval_ms=settings.group_lag_interval_ms)
             app.state.services = Services(
                 settings=settings, clock=txn_clock, lease_clock=leases_clock, db=db, store=store,
                 http=http, metadata=md, producer_ids=pids, markers=markers,
                 coordinator=coordinator, leases=leases, expiry=expiry, metrics=metrics,
                 node_id=node_id, writer=writer, access=access, acl_rules=acl_rules,
                 instances=instances, controller=controller, replication=replicas,
-                hanging=detector, groups=groups, group_offsets=GroupOffsets(http, md),
+                hanging=detector, groups=groups, group_offsets=group_offsets,
+                group_lag=group_lag,
             )
         except BaseException:
             if http is not None:
@@ -271,6 +277,11 @@ def create_app(
                 tasks.append(asyncio.create_task(expiry.run_forever(), name="expiry"))
                 tasks.append(asyncio.create_task(detector.run_forever(), name="hanging"))
                 tasks.append(asyncio.create_task(groups.run_forever(), name="groups"))
+                if access.enabled:  # no token to ask the nodes with (lag_sampler.py)
+                    log.info("group lag is not sampled for /metrics: token authentication "
+                             "is on; GET /v1/groups/{id} reads it with the caller's token")
+                else:
+                    tasks.append(asyncio.create_task(group_lag.run_forever(), name="group-lag"))
             log.info(
                 "coordinator %s (node id %d) ready at %s, owning %d log partitions",
                 settings.instance_id, node_id, settings.effective_public_url,

@@ -3,8 +3,11 @@
 A registry per app (not the process-global one) so that several apps in one test process do
 not collide. Counters carry totals; the ``*_per_second`` gauges are a convenience for people
 reading ``/metrics`` by eye and are computed over the last ten seconds at scrape time.
-Gauges that describe the current state (open transactions, marker queue) are set just before
-each scrape by ``refresh``.
+Gauges that describe the current state (open transactions, marker queue, consumer group
+members) are set just before each scrape by ``refresh`` and ``refresh_groups``, from what the
+instance holds in memory. The one number that needs the storage nodes, each group's lag, is
+sampled by a loop of its own (``groups/lag_sampler.py``) and only read here: a scrape must
+not wait on a node.
 
 The background loops (partition reconciler, marker channel, expiry scan, ACL refresh, lease
 round) report here the entries they had to set aside — a partition a node refused, a marker
@@ -100,6 +103,7 @@ class CoordinatorMetrics:
             self.set_aside.labels(loop=loop)
         self._replication(r)
         self._hanging(r)
+        self._groups(r)
         self._recent: collections.deque[tuple[float, bool]] = collections.deque()
 
     def _replication(self, r: CollectorRegistry) -> None:
@@ -148,6 +152,31 @@ class CoordinatorMetrics:
         for action in ("abort", "commit", "resume_markers", "coordinator_abort"):
             self.hanging_resolved.labels(action=action)
 
+    def _groups(self, r: CollectorRegistry) -> None:
+        """The consumer groups this instance coordinates (coordinator_service/groups/)."""
+        self.group_members = Gauge(
+            "eos_coordinator_group_members",
+            "Members of the consumer groups this instance coordinates (holds the lease of).",
+            registry=r,
+        )
+        self.coordinated_groups = Gauge(
+            "eos_coordinator_groups",
+            "Consumer groups this instance coordinates (on record, members or not).",
+            registry=r,
+        )
+        self.group_rebalances = Counter(
+            "eos_coordinator_group_rebalances",
+            "New target assignments computed for a group (each move of a group epoch the "
+            "assignor answered) on this instance.", registry=r,
+        )
+        self.group_lag = Gauge(
+            "eos_coordinator_group_lag",
+            "Records a coordinated group has yet to read, summed over its partitions "
+            "against the last stable offset, as of the lag sampler's last successful "
+            "sample (no series while the group's lag is unknown).", ["group"], registry=r,
+        )
+        self._rebalances_seen = 0
+
     def transition(self, _old: TransactionState | None, new: TransactionState) -> None:
         self.transitions.labels(to=new.value).inc()
         if new is TransactionState.COMPLETE_COMMIT:
@@ -170,6 +199,15 @@ class CoordinatorMetrics:
         self.marker_queue_depth.set(queue_depth)
         self.marker_queue_age.set(oldest_ms / 1000)
         self.owned_partitions.set(owned)
+
+    def refresh_groups(self, *, members: int, groups: int, rebalances: int) -> None:
+        """Set the group gauges, and move the rebalance counter on to ``rebalances`` (the
+        group coordinator's running count, which only grows while the app runs)."""
+        self.group_members.set(members)
+        self.coordinated_groups.set(groups)
+        if rebalances > self._rebalances_seen:
+            self.group_rebalances.inc(rebalances - self._rebalances_seen)
+        self._rebalances_seen = rebalances
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

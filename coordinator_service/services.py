@@ -12,6 +12,7 @@ from coordinator_service.controller import Controller
 from coordinator_service.db.engine import Database
 from coordinator_service.expiry import ExpiryScanner
 from coordinator_service.groups.coordinator import GroupCoordinator
+from coordinator_service.groups.lag_sampler import LagSampler
 from coordinator_service.groups.offsets import GroupOffsets
 from coordinator_service.hanging.detector import HangingDetector
 from coordinator_service.instances import InstanceRegistry
@@ -53,3 +54,4 @@ class Services:
     hanging: HangingDetector
     groups: GroupCoordinator
     group_offsets: GroupOffsets
+    group_lag: LagSampler

@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from eos_protocol.acl import PRINCIPAL_RE
@@ -231,10 +231,25 @@ class CoordinatorSettings(SecuritySettings):
         description="The most members one consumer group may have; a join past it is "
         "refused with GROUP_MAX_SIZE_REACHED.",
     )
+    group_lag_interval_ms: int = Field(
+        default=30_000, ge=1_000, le=3_600_000,
+        description="How often the lag of each group this instance coordinates is read from "
+        "the storage nodes for /metrics (eos_coordinator_group_lag); not sampled while "
+        "token authentication is on (the coordinator holds no client token to ask with).",
+    )
     log_level: str = Field(default="info", description="debug, info, warning or error.")
     log_format: Literal["json", "text"] = Field(
         default="json", description="Structured JSON lines, or text for a terminal."
     )
+
+    @model_validator(mode="after")
+    def _heartbeats_inside_sessions(self) -> CoordinatorSettings:
+        if self.group_heartbeat_interval_ms >= self.group_session_timeout_ms:
+            raise ValueError(
+                "group_heartbeat_interval_ms must be shorter than group_session_timeout_ms "
+                "(members would time out between heartbeats)"
+            )
+        return self
 
     @field_validator("nodes")
     @classmethod

@@ -1,5 +1,7 @@
 """The Grafana dashboard (docs/grafana/eos-dashboard.json) uses only metrics, and labels,
-that the services export: scraped from a real coordinator and a real storage node."""
+that the services export: scraped from a real coordinator and a real storage node. Its
+consumer groups row is checked on its own too, against the coordinator's metrics registry,
+so a renamed group metric fails a unit test first."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from coordinator_service.metrics import CoordinatorMetrics
 from sdk import Consumer, TopicPartition, TransactionalProducer
 from tests.sdk.helpers import wait_for
 from tests.support.cluster import ClusterFactory
@@ -84,12 +87,49 @@ def test_the_dashboard_is_a_grafana_dashboard() -> None:
             assert target["datasource"]["uid"] == "${datasource}"
 
 
+def row_panels(dashboard: dict[str, Any], title: str) -> list[dict[str, Any]]:
+    """The panels under the row titled ``title``, up to the next row."""
+    panels = dashboard["panels"]
+    start = next(i for i, p in enumerate(panels) if p["type"] == "row" and p["title"] == title)
+    under = []
+    for panel in panels[start + 1:]:
+        if panel["type"] == "row":
+            break
+        under.append(panel)
+    return under
+
+
+GROUP_METRICS = {"eos_coordinator_group_members", "eos_coordinator_groups",
+                 "eos_coordinator_group_rebalances_total", "eos_coordinator_group_lag"}
+
+
+@pytest.mark.unit
+def test_the_consumer_groups_row_queries_the_coordinators_group_metrics() -> None:
+    """Members, rebalances and lag per group, each from a metric the coordinator's registry
+    has (the lag with its ``group`` label once a group has a sample)."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = row_panels(dashboard, "Consumer groups")
+    assert len(panels) == 3
+    named = {name for p in panels for t in p["targets"] for name in METRIC.findall(t["expr"])}
+    assert named == GROUP_METRICS
+    assert any("by (group)" in t["expr"] for p in panels for t in p["targets"])
+    metrics = CoordinatorMetrics()
+    metrics.group_lag.labels(group="g").set(1)
+    assert not problems({"panels": panels}, exported(metrics.render().decode()))
+
+
 def test_every_metric_the_dashboard_uses_is_exported(cluster_factory: ClusterFactory) -> None:
     """Labelled series show their labels once they have a sample: the topic is replicated
     (replica lag), a transaction is committed and one aborted, the topic read
-    read_committed, and one error answered first."""
-    cluster = cluster_factory(replication_factor=2)
+    read_committed, one error answered first, and a consumer group joined (its lag is
+    sampled every second here)."""
+    cluster = cluster_factory(replication_factor=2,
+                              coordinator_flags=("--group-lag-interval-ms", "1000"))
     topic = cluster.create_topic(2, "grafana")
+    joined = httpx.post(f"{cluster.url}/v1/groups/grafana-{topic}/heartbeat", json={
+        "member_epoch": 0, "subscribed_topic_names": [topic], "owned_partitions": [],
+    }, timeout=10)  # fmt: skip
+    assert joined.status_code == 200, joined.text
     producer = TransactionalProducer(cluster.url, f"grafana-{topic}")
     try:
         producer.init_transactions()

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from coordinator_service.api.deps import ServicesDep
+from coordinator_service.groups.lag_sampler import coordinated_groups
 from eos_protocol.common import Health
 from eos_server.envelope import error_responses
 
@@ -61,5 +62,10 @@ async def metrics(services: ServicesDep) -> Response:
         queue_depth=services.markers.queue_depth(),
         oldest_ms=services.markers.oldest_age_ms(),
         owned=len(services.leases.owned),
+    )
+    services.metrics.refresh_groups(
+        members=services.groups.member_count(),
+        groups=len(coordinated_groups(services.groups)),
+        rebalances=services.groups.rebalances,
     )
     return Response(services.metrics.render(), media_type=CONTENT_TYPE_LATEST)

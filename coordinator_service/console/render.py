@@ -36,6 +36,7 @@ STATIC = Path(__file__).parent / "static"
 PAGES = (
     ("cluster", "/console", "Cluster"),
     ("topics", "/console/topics", "Topics"),
+    ("groups", "/console/groups", "Groups"),
     ("transactions", "/console/transactions", "Transactions"),
 )
 #: How often an open page fetches its fragment again.

@@ -1,5 +1,5 @@
-"""The console's routes: the cluster, topics (and each topic's) and transactions pages,
-their fragments, login, and the two abort forms.
+"""The console's routes: the cluster, topics (and each topic's), consumer groups (and each
+group's) and transactions pages, their fragments, login, and the two abort forms.
 
 Pages are GETs that change nothing; the forms are POSTs that need the CSRF token
 (``session.py``) and then go through the coordinator's own API, called in-process with the
@@ -21,6 +21,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
 
 from coordinator_service.api.deps import ServicesDep
+from coordinator_service.console import groups as group_pages
 from coordinator_service.console import render, snapshot, topics
 from coordinator_service.console.session import (
     ConsoleRefusal,
@@ -108,6 +109,37 @@ async def topic_page(name: str, request: Request, services: ServicesDep) -> Resp
 
     return await render.page_response(request, services, "topics", name, gather,
                                       template="topic.html", back="/console/topics")
+
+
+@router.get("/groups")
+async def groups_page(request: Request, services: ServicesDep) -> Response:
+    """Consumer groups with their state, member count and group epoch."""
+    try:
+        page = _page_number(request)
+    except ConsoleRefusal as refusal:
+        return render.refused_response(request, services, refusal, group_pages.GROUPS_BASE)
+
+    async def gather(services: Services, viewer: snapshot.Viewer) -> dict[str, Any]:
+        return {"view": await group_pages.groups_view(services, viewer, page=page)}
+
+    return await render.page_response(request, services, "groups", "Groups", gather,
+                                      back=group_pages.GROUPS_BASE)
+
+
+@router.get("/groups/{group_id:path}")
+async def group_page(group_id: str, request: Request, services: ServicesDep) -> Response:
+    """One group's members and assignments, and each partition's lag. The id is the rest
+    of the path: a group id may hold ``/``, which its links carry as ``%2F``."""
+    try:
+        page = _page_number(request)
+    except ConsoleRefusal as refusal:
+        return render.refused_response(request, services, refusal, group_pages.GROUPS_BASE)
+
+    async def gather(services: Services, viewer: snapshot.Viewer) -> dict[str, Any]:
+        return {"view": await group_pages.group_view(services, viewer, group_id, page=page)}
+
+    return await render.page_response(request, services, "groups", group_id, gather,
+                                      template="group.html", back=group_pages.GROUPS_BASE)
 
 
 @router.get("/transactions")

@@ -17,6 +17,9 @@ their topics), never the page.
   asked for: fifty partitions of bookkeeping would otherwise come first.
 * A topic's page lists ``PARTITIONS_PER_PAGE`` of its partitions, with the producers of
   each; the nodes are asked for that topic and that range of partitions only.
+
+A group's page (``groups.py``) reads the last stable offsets of the group's partitions
+through the same lists (``node_lists``, ``leader_numbers``).
 """
 
 from __future__ import annotations
@@ -181,7 +184,7 @@ def page_of(total: int, page: int, per_page: int, what: str) -> None:
 # --- asking the nodes ----------------------------------------------------------------------
 
 
-async def _node_lists(
+async def node_lists(
     services: Services, viewer: Viewer, leaders: Iterable[int], params: dict[str, str]
 ) -> dict[int, NodeAnswer]:
     """Each of ``leaders`` asked once for its list, all at once."""
@@ -219,7 +222,7 @@ async def _node_list(
     return NodeAnswer(rows, None)
 
 
-def _node_errors(services: Services, answers: dict[int, NodeAnswer]) -> list[NodeError]:
+def node_errors_of(services: Services, answers: dict[int, NodeAnswer]) -> list[NodeError]:
     return [
         NodeError(node_id, services.metadata.nodes.get(node_id, ""), answer.error)
         for node_id, answer in sorted(answers.items()) if answer.error is not None
@@ -230,7 +233,7 @@ def _node_errors(services: Services, answers: dict[int, NodeAnswer]) -> list[Nod
 Place = tuple[int, CachedPartition]
 
 
-def _numbers(
+def leader_numbers(
     topic: str, place: Place, answers: dict[int, NodeAnswer]
 ) -> tuple[dict[str, Any] | None, str | None]:
     """The leader's row for a partition, and a note on it (why it is missing, or that the
@@ -254,7 +257,7 @@ def _numbers(
     return row, None
 
 
-def _int(row: dict[str, Any] | None, key: str) -> int | None:
+def int_field(row: dict[str, Any] | None, key: str) -> int | None:
     value = None if row is None else row.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -276,7 +279,7 @@ def _producers(row: dict[str, Any] | None) -> tuple[ProducerRow, ...]:
 def partition_row(
     topic: str, place: Place, answers: dict[int, NodeAnswer], nodes: dict[int, str]
 ) -> PartitionRow:
-    row, note = _numbers(topic, place, answers)
+    row, note = leader_numbers(topic, place, answers)
     index, p = place
     try:
         producers = _producers(row)
@@ -285,9 +288,9 @@ def partition_row(
     return PartitionRow(
         topic=topic, partition=index, leader=p.leader, leader_url=nodes.get(p.leader, ""),
         replicas=p.replicas, isr=p.isr,
-        log_start_offset=_int(row, "log_start_offset"),
-        high_watermark=_int(row, "high_watermark"),
-        last_stable_offset=_int(row, "last_stable_offset"),
+        log_start_offset=int_field(row, "log_start_offset"),
+        high_watermark=int_field(row, "high_watermark"),
+        last_stable_offset=int_field(row, "last_stable_offset"),
         producers=producers, error=note,
     )  # fmt: skip
 
@@ -301,8 +304,8 @@ def topic_row(
     for)."""
     lag = unread = 0
     for place in topic.partitions if read is None else read:
-        row, _ = _numbers(topic.name, place, answers)
-        high, stable = _int(row, "high_watermark"), _int(row, "last_stable_offset")
+        row, _ = leader_numbers(topic.name, place, answers)
+        high, stable = int_field(row, "high_watermark"), int_field(row, "last_stable_offset")
         if high is None or stable is None:
             unread += 1
         else:
@@ -340,11 +343,11 @@ async def topics_view(
                     (("internal", "1"),) if show_internal else ())
     shown = listed[paging.start:paging.stop]
     leaders = {p.leader for t in shown for _, p in t.partitions}
-    answers = await _node_lists(services, viewer, leaders, {})
+    answers = await node_lists(services, viewer, leaders, {})
     return TopicsView(
         topics=[topic_row(t, answers) for t in shown], paging=paging,
         show_internal=show_internal, internal_count=internal,
-        node_errors=_node_errors(services, answers),
+        node_errors=node_errors_of(services, answers),
     )  # fmt: skip
 
 
@@ -373,11 +376,11 @@ async def topic_view(services: Services, viewer: Viewer, name: str, *, page: int
     if shown:
         params = {"topic": name, "first_partition": str(shown[0][0]),
                   "last_partition": str(shown[-1][0]), "producers": "true"}
-        answers = await _node_lists(services, viewer, {p.leader for _, p in shown}, params)
+        answers = await node_lists(services, viewer, {p.leader for _, p in shown}, params)
     nodes = services.metadata.nodes
     return TopicView(
         topic=topic_row(topic, answers, shown),
         min_insync_replicas=topic.config.min_insync_replicas,
         partitions=[partition_row(name, place, answers, nodes) for place in shown],
-        paging=paging, node_errors=_node_errors(services, answers),
+        paging=paging, node_errors=node_errors_of(services, answers),
     )  # fmt: skip

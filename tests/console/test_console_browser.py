@@ -5,7 +5,8 @@ login form; the numbers on them are the API's (high watermark, LSO and its lag, 
 of an open transaction, the producers); the live refresh brings a change in without a
 reload; the abort button aborts and the page shows it; a read-only principal gets no
 button and a forged form is refused with 403; the topics list hides the internal topics
-until asked and links each topic's page; a storage node that is down shows as down while
+until asked and links each topic's page; the groups list links a group's page, whose lag
+is the API's; a storage node that is down shows as down while
 the pages still render. The storage nodes' partition list, which the topics pages read
 with the viewer's token, is checked against the ACLs here too. Chromium that cannot start
 fails the module, never skips it.
@@ -287,6 +288,42 @@ def test_topics_list_hides_internal_topics_until_asked_and_links_each_topic(
     answer = page.goto("/console/topics/no-such-topic")
     assert answer is not None and answer.status == 404
     assert "No topic" in page.locator("#refusal").inner_text()
+    context.close()
+
+
+def test_the_groups_page_links_a_groups_members_and_lag(browser: Browser, cluster: Cluster
+                                                       ) -> None:
+    """An odd group id, listed, followed to its page, whose lag is the API's (read with the
+    viewer's token: authentication is on)."""
+    topic = cluster.create_topic(partitions=2, prefix="console")
+    commit_some(cluster, topic, 3)
+    group = f"odd <b>&\"' {uuid.uuid4().hex[:8]}"
+    with cluster.client("admin") as admin:
+        joined = admin.post(f"/v1/groups/{segment(group)}/heartbeat", json={
+            "member_epoch": 0, "subscribed_topic_names": [topic], "owned_partitions": [],
+        })  # fmt: skip
+        assert joined.status_code == 200, joined.text
+    member = joined.json()["member_id"]
+    context = log_in(browser, cluster, "admin")
+    page = context.new_page()
+    page.goto("/console/groups")
+    row = page.locator("#groups tr").filter(has=page.locator("td.group", has_text=group))
+    assert row.count() == 1 and row.locator("td.members").inner_text() == "1"
+    shoot(page, "groups")
+    row.locator("td.group a").click()
+    page.wait_for_url(f"**/console/groups/{segment(group)}")
+    assert page.locator("#group-id").inner_text() == group
+    assert page.locator(f'#members tr[data-member-id="{member}"]').count() == 1
+    described = api(cluster, f"/v1/groups/{segment(group)}")
+    assert described["lag_error"] is None
+    for lag in described["lag"]:
+        shown = cells(page, f'#lag tr[data-topic="{topic}"][data-partition="{lag["partition"]}"]')
+        assert (shown["lso"], shown["lag"], shown["owner"]) == (
+            str(lag["last_stable_offset"]), str(lag["lag"]), member)
+    first = cells(page, f'#lag tr[data-topic="{topic}"][data-partition="0"]')
+    assert first["committed"] == "—" and first["lag"] == first["lso"]  # all of it, marker too
+    assert int(first["lag"]) > 3
+    shoot(page, "group")
     context.close()
 
 
