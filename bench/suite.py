@@ -25,7 +25,10 @@ The parts (each also runnable alone through its own script):
 * ``wide`` (``bench/suite_wide.py``): the ``eos up`` cluster with every client option at
   its default: producer and consumer throughput and the services' CPU per record, RF=3
   over RF=1, the time a 1,000-partition topic takes to become producible and the metadata
-  calls meanwhile, the idle CPU of 5,000 partitions and the time to stop the cluster.
+  calls meanwhile, the idle CPU of 5,000 partitions and the time to stop the cluster;
+* ``groups`` (``bench/suite_groups.py``): consumer groups with the coordinator's defaults:
+  the rebalance after a member's SIGKILL, a join to its first record, the coordinator's CPU
+  per heartbeat of 1,000 members, and an exactly-once group copy by one member and by three.
 
 The machine is shared with whatever else runs on it; figures are noisy, and the cheap
 ones are taken as the median of several rounds.
@@ -45,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 PARTS = ("node", "coordinator", "scale", "failover", "replication", "auth", "sdk", "spark",
-         "wide")
+         "wide", "groups")
 
 
 @dataclass(frozen=True)
@@ -274,6 +277,10 @@ async def run_suite(
                     res["wide"] = await asyncio.to_thread(
                         run_wide, WIDE_QUICK if plan.quick else WIDE_FULL, progress
                     )
+                elif part == "groups":
+                    from eos_bench.suite_groups import run_groups
+
+                    res["groups"] = await asyncio.to_thread(run_groups, plan.quick, progress)
             except Exception as exc:  # one broken part must not lose the others' figures
                 res[part] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
                 progress(f"{part} FAILED: {exc!r}"[:500])

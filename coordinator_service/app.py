@@ -34,30 +34,30 @@ from coordinator_service.api import (
 )
 from coordinator_service.api import groups as groups_api
 from coordinator_service.clock import Clock, SystemClock
-from coordinator_service.controller import Controller, ensure_controller_row
+from coordinator_service.cluster.instances import InstanceRegistry
+from coordinator_service.cluster.leases import LeaseManager
+from coordinator_service.cluster.node_link import node_link
+from coordinator_service.controller.controller import Controller, ensure_controller_row
+from coordinator_service.controller.metadata import Metadata, bootstrap
+from coordinator_service.controller.partition_state import StoredPartition
+from coordinator_service.controller.replication import Replication
+from coordinator_service.controller.state_push import StatePusher
+from coordinator_service.controller.topic_config import TopicRetention
 from coordinator_service.db.engine import UNAVAILABLE, Database, make_engine, upgrade
-from coordinator_service.expiry import ExpiryScanner
 from coordinator_service.groups.coordinator import GroupCoordinator
 from coordinator_service.groups.fencing import GroupFence
 from coordinator_service.groups.lag_sampler import LagSampler
 from coordinator_service.groups.offsets import GroupOffsets
 from coordinator_service.hanging.detector import HangingDetector
 from coordinator_service.hanging.nodes import NodeCalls
-from coordinator_service.instances import InstanceRegistry
-from coordinator_service.leases import LeaseManager
-from coordinator_service.markers import MarkerChannel
-from coordinator_service.metadata import Metadata, bootstrap
 from coordinator_service.metrics import CoordinatorMetrics
-from coordinator_service.node_link import node_link
-from coordinator_service.partition_state import StoredPartition
-from coordinator_service.producer_ids import ProducerIdManager
-from coordinator_service.replication import Replication
 from coordinator_service.services import Services
 from coordinator_service.settings import CoordinatorSettings
-from coordinator_service.state_push import StatePusher
-from coordinator_service.topic_config import TopicRetention
 from coordinator_service.transactions.batcher import WriteBatcher
+from coordinator_service.transactions.expiry import ExpiryScanner
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
+from coordinator_service.transactions.markers import MarkerChannel
+from coordinator_service.transactions.producer_ids import ProducerIdManager
 from coordinator_service.transactions.store import TransactionStore
 from eos_protocol.errors import CoordinatorNotAvailableError
 from eos_protocol.versions import RELEASE

@@ -15,7 +15,7 @@ import typer
 #: The parts of ``eos_bench.suite.PARTS``, restated so that ``eos --help`` does not import
 #: the benchmarks (tests/test_bench_command.py keeps the two equal).
 PARTS = ("node", "coordinator", "scale", "failover", "replication", "auth", "sdk", "spark",
-         "wide")
+         "wide", "groups")
 
 
 def bench(

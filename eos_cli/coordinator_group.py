@@ -2,7 +2,7 @@
 
 One coordinator is one Python process, and a Python process uses about one core; the
 transaction-log partitions are shared evenly between the live instances
-(``coordinator_service/lease_balance.py``), so K instances on one database use K cores.
+(``coordinator_service/cluster/lease_balance.py``), so K instances on one database use K cores.
 This runs them as children on consecutive ports from ``--port`` and keeps them running
 as ``eos up`` keeps its services (``eos_cli.supervisor``): a child that dies is reported
 and started again after a growing delay, while the others carry its partitions; Ctrl-C

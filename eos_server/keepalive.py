@@ -2,7 +2,7 @@
 
 Two internal calls are made several hundred times a second under load, each a small request
 on a connection the peer keeps alive: the coordinator's marker POSTs to storage nodes
-(``coordinator_service/node_link.py``) and a storage node's KIP-890 verification GET to the
+(``coordinator_service/cluster/node_link.py``) and a storage node's KIP-890 verification GET to the
 coordinator (``partition_service/verification.py``). Through httpx, the client's own work
 per request (pool bookkeeping that checks every idle connection, header models, event
 machinery) cost more CPU than the work the request asked for: more than the coordinator

@@ -1,6 +1,6 @@
 """Internal endpoints of replication, for storage nodes only (internal token required):
 heartbeats and AlterPartition (docs/design.md §7). Any instance answers: the partition
-state is in the database (``coordinator_service/replication.py``)."""
+state is in the database (``coordinator_service/controller/replication.py``)."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ from coordinator_service.console.snapshot import (
     ask,
     refusal_of,
 )
-from coordinator_service.metadata import CachedPartition, TopicPlacement
+from coordinator_service.controller.metadata import CachedPartition, TopicPlacement
 from coordinator_service.services import Services
 from eos_protocol.acl import Operation, ResourceType
 from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, topic_name_problem

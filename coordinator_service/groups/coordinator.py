@@ -28,6 +28,8 @@ import logging
 import uuid
 
 from coordinator_service.clock import Clock
+from coordinator_service.cluster.leases import LeaseManager
+from coordinator_service.controller.metadata import Metadata
 from coordinator_service.db.engine import Database
 from coordinator_service.groups import store
 from coordinator_service.groups.assignor import MemberSubscription, assign
@@ -43,8 +45,6 @@ from coordinator_service.groups.membership import (
     release,
 )
 from coordinator_service.groups.subscriptions import SubscriptionResolver, check_subscription
-from coordinator_service.leases import LeaseManager
-from coordinator_service.metadata import Metadata
 from coordinator_service.transactions import state as st
 from coordinator_service.transactions.store import LeaseToken
 from eos_protocol.common import TopicPartition

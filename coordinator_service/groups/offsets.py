@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import httpx
 import orjson
 
-from coordinator_service.metadata import Metadata
+from coordinator_service.controller.metadata import Metadata
 from eos_protocol.common import CONSUMER_OFFSETS_TOPIC
 from eos_protocol.errors import (
     CoordinatorNotAvailableError,

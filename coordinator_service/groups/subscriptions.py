@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 
+from coordinator_service.controller.metadata import Metadata
 from coordinator_service.groups.membership import Group, Member
-from coordinator_service.metadata import Metadata
 from eos_protocol.errors import (
     InvalidRegularExpressionError,
     InvalidRequestError,

@@ -45,7 +45,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from coordinator_service.clock import Clock
-from coordinator_service.controller import Controller
+from coordinator_service.controller.controller import Controller
+from coordinator_service.controller.metadata import Metadata
 from coordinator_service.db.engine import Database
 from coordinator_service.db.schema import transactions
 from coordinator_service.hanging.nodes import NodeCallFailed, NodeCalls
@@ -57,7 +58,6 @@ from coordinator_service.hanging.rule import (
     manual_abort_refusal,
     producer_ids,
 )
-from coordinator_service.metadata import Metadata
 from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.transactions.lifecycle import TransactionCoordinator
 from coordinator_service.transactions.state import TxnRecord

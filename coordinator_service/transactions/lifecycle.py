@@ -26,15 +26,15 @@ import logging
 from collections.abc import Callable
 
 from coordinator_service.clock import Clock
+from coordinator_service.cluster.leases import LeaseManager
+from coordinator_service.controller.metadata import Metadata
 from coordinator_service.db.engine import Database
 from coordinator_service.groups.fencing import GroupFence
-from coordinator_service.leases import LeaseManager
-from coordinator_service.markers import MarkerChannel, MarkerJob
-from coordinator_service.metadata import Metadata
 from coordinator_service.metrics import CoordinatorMetrics
-from coordinator_service.producer_ids import ProducerIdManager
 from coordinator_service.transactions import state as st
 from coordinator_service.transactions.batcher import WriteBatcher
+from coordinator_service.transactions.markers import MarkerChannel, MarkerJob
+from coordinator_service.transactions.producer_ids import ProducerIdManager
 from coordinator_service.transactions.state import EndResult, TopicPartitionKey, TxnRecord
 from coordinator_service.transactions.store import LeaseToken, TransactionStore
 from coordinator_service.transactions.table import Outcome, TxnEvent, decide

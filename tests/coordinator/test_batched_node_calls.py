@@ -20,9 +20,9 @@ import orjson
 import pytest
 
 from coordinator_service.clock import FakeClock
-from coordinator_service.partition_state import StoredPartition
-from coordinator_service.reconciler import Attempt, Placed, Unbatched, judge_batch
-from coordinator_service.state_push import StatePusher
+from coordinator_service.controller.partition_state import StoredPartition
+from coordinator_service.controller.reconciler import Attempt, Placed, Unbatched, judge_batch
+from coordinator_service.controller.state_push import StatePusher
 from tests.coordinator.conftest import CoordinatorFactory
 from tests.coordinator.helpers import ok
 from tests.support.coordinators import INTERNAL_TOKEN, FakeNodes, InProcessCoordinator

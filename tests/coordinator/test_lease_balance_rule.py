@@ -1,4 +1,4 @@
-"""The fair-share rule of the coordinators' leases (coordinator_service/lease_balance.py),
+"""The fair-share rule of the coordinators' leases (coordinator_service/cluster/lease_balance.py),
 checked by simulating rounds of several instances over one shared lease table."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator_service.lease_balance import (
+from coordinator_service.cluster.lease_balance import (
     LeasePicture,
     LeaseRow,
     fair_shares,

@@ -1,5 +1,5 @@
 """Coordinators share the transaction-log partitions evenly and hand them over gracefully
-(coordinator_service/leases.py, lease_balance.py): two and three in-process instances on
+(coordinator_service/cluster/leases.py, lease_balance.py): two and three in-process instances on
 one PostgreSQL database, fake storage nodes, rounds run by hand."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from coordinator_service import metadata as md_module
+from coordinator_service.controller import metadata as md_module
 from tests.coordinator.helpers import topic
 
 

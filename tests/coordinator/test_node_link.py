@@ -9,7 +9,7 @@ import asyncio
 import httpx
 import pytest
 
-from coordinator_service.node_link import node_link
+from coordinator_service.cluster.node_link import node_link
 from tests.support.processes import free_port
 
 

@@ -17,15 +17,15 @@ import pytest
 import sqlalchemy as sa
 
 from coordinator_service.clock import FakeClock
-from coordinator_service.controller import Controller
-from coordinator_service.db.engine import Database, make_engine
-from coordinator_service.election import decide
-from coordinator_service.partition_state import (
+from coordinator_service.controller.controller import Controller
+from coordinator_service.controller.election import decide
+from coordinator_service.controller.partition_state import (
     ControllerFence,
     compare_and_set,
     place_replicas,
     read_state,
 )
+from coordinator_service.db.engine import Database, make_engine
 from tests.coordinator.conftest import CoordinatorFactory
 from tests.coordinator.helpers import add, end, init, ok, state_of
 from tests.support.coordinators import INTERNAL_TOKEN, FakeNodes, InProcessCoordinator

@@ -7,15 +7,15 @@ from collections.abc import Callable
 
 import pytest
 
-from coordinator_service.election import decide, prefer
-from coordinator_service.metadata import TopicReplication
-from coordinator_service.partition_state import (
+from coordinator_service.controller.election import decide, prefer
+from coordinator_service.controller.metadata import TopicReplication
+from coordinator_service.controller.partition_state import (
     Liveness,
     StoredPartition,
     decode_ids,
     place_replicas,
 )
-from coordinator_service.replication import check_isr
+from coordinator_service.controller.replication import check_isr
 from eos_protocol.errors import InvalidRequestError
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from coordinator_service.partition_state import StatesReader
+from coordinator_service.controller.partition_state import StatesReader
 from tests.coordinator.helpers import ok, topic
 
 

@@ -40,9 +40,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from coordinator_service.clock import Clock
+from coordinator_service.cluster.lease_balance import LeasePicture, LeaseRow, RoundPlan, plan_round
 from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import coordinator_instances, leases
-from coordinator_service.lease_balance import LeasePicture, LeaseRow, RoundPlan, plan_round
 from coordinator_service.metrics import CoordinatorMetrics
 from coordinator_service.transactions.store import LeaseToken
 from eos_protocol.errors import (

@@ -30,10 +30,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from coordinator_service.clock import Clock
-from coordinator_service.db.engine import Database, serialize_first_start
-from coordinator_service.db.schema import cluster, coordinator_instances, topic_partitions, topics
-from coordinator_service.metrics import CoordinatorMetrics
-from coordinator_service.partition_state import (
+from coordinator_service.controller.partition_state import (
     PartitionKey,
     StoredPartition,
     decode_ids,
@@ -41,13 +38,16 @@ from coordinator_service.partition_state import (
     place_replicas,
     read_states,
 )
-from coordinator_service.reconciler import Reconciler
-from coordinator_service.topic_config import (
+from coordinator_service.controller.reconciler import Reconciler
+from coordinator_service.controller.topic_config import (
     UNLIMITED,
     TopicRetention,
     alter_retention,
     check_alterable,
 )
+from coordinator_service.db.engine import Database, serialize_first_start
+from coordinator_service.db.schema import cluster, coordinator_instances, topic_partitions, topics
+from coordinator_service.metrics import CoordinatorMetrics
 from eos_protocol.common import CONSUMER_OFFSETS_TOPIC
 from eos_protocol.coordinator import NodeInfo, PartitionInfo, TopicInfo
 from eos_protocol.errors import (

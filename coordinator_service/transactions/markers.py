@@ -54,8 +54,8 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_random_exponential
 
 from coordinator_service.clock import Clock
+from coordinator_service.cluster.node_link import NodeLink
 from coordinator_service.metrics import CoordinatorMetrics
-from coordinator_service.node_link import NodeLink
 from coordinator_service.transactions.state import TopicPartitionKey
 from coordinator_service.transactions.store import LeaseToken
 from eos_protocol.common import (

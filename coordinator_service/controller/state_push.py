@@ -32,7 +32,7 @@ from collections.abc import Iterable
 import httpx
 import orjson
 
-from coordinator_service.partition_state import PartitionKey, StoredPartition
+from coordinator_service.controller.partition_state import PartitionKey, StoredPartition
 from eos_protocol.common import read_answer_json
 from eos_protocol.paths import join
 from eos_protocol.replication import (

@@ -47,10 +47,10 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from coordinator_service.controller.partition_state import PartitionKey, decode_ids, encode_ids
 from coordinator_service.db.engine import Database
 from coordinator_service.db.schema import topic_partitions
 from coordinator_service.metrics import CoordinatorMetrics
-from coordinator_service.partition_state import PartitionKey, decode_ids, encode_ids
 from eos_protocol.common import ErrorEnvelope, read_answer_json
 from eos_protocol.errors import InvalidRequestError
 from eos_protocol.node import CreatePartitionsResponse

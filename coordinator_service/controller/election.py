@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coordinator_service.partition_state import StoredPartition
+from coordinator_service.controller.partition_state import StoredPartition
 from eos_protocol.replication import NO_LEADER
 
 

@@ -33,10 +33,8 @@ import orjson
 from sqlalchemy import Connection
 
 from coordinator_service.clock import Clock
-from coordinator_service.db.engine import Database
-from coordinator_service.election import decide
-from coordinator_service.metrics import CoordinatorMetrics
-from coordinator_service.partition_state import (
+from coordinator_service.controller.election import decide
+from coordinator_service.controller.partition_state import (
     Liveness,
     StatesReader,
     StoredPartition,
@@ -48,6 +46,8 @@ from coordinator_service.partition_state import (
     write_heartbeat,
     write_heartbeats,
 )
+from coordinator_service.db.engine import Database
+from coordinator_service.metrics import CoordinatorMetrics
 from eos_protocol.coordinator import NodeInfo
 from eos_protocol.errors import (
     EosError,

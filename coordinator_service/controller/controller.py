@@ -35,12 +35,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from coordinator_service.clock import Clock
-from coordinator_service.db.engine import Database, serialize_first_start
-from coordinator_service.db.schema import CONTROLLER_LEASE, leases
-from coordinator_service.election import Change, decide, prefer
-from coordinator_service.leases import release_lease
-from coordinator_service.metrics import CoordinatorMetrics
-from coordinator_service.partition_state import (
+from coordinator_service.cluster.leases import release_lease
+from coordinator_service.controller.election import Change, decide, prefer
+from coordinator_service.controller.partition_state import (
     ControllerFence,
     Liveness,
     PartitionKey,
@@ -50,6 +47,9 @@ from coordinator_service.partition_state import (
     latest_beats,
     read_heartbeats,
 )
+from coordinator_service.db.engine import Database, serialize_first_start
+from coordinator_service.db.schema import CONTROLLER_LEASE, leases
+from coordinator_service.metrics import CoordinatorMetrics
 from eos_protocol.replication import NO_LEADER
 
 #: The most changes one round writes in one transaction.
