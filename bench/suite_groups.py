@@ -159,12 +159,18 @@ async def _heartbeats(url: str, group: str, topic: str, seconds: float, coordina
         count = 0
         stop_at = time.monotonic() + seconds
 
+        errors = 0
+
         async def member(member_id: str, epoch: int, owned: list[dict[str, Any]]) -> None:
-            nonlocal count
+            nonlocal count, errors
             while time.monotonic() < stop_at:
-                answer = (await client.post(f"/v1/groups/{group}/heartbeat", json={
-                    "member_id": member_id, "member_epoch": epoch, "owned_partitions": owned,
-                    "max_wait_ms": interval})).json()
+                try:
+                    answer = (await client.post(f"/v1/groups/{group}/heartbeat", json={
+                        "member_id": member_id, "member_epoch": epoch,
+                        "owned_partitions": owned, "max_wait_ms": interval})).json()
+                except httpx.TransportError:  # a kept-alive connection the server closed
+                    errors += 1
+                    continue
                 epoch, owned = answer["member_epoch"], answer["assignment"]
                 count += 1
 
@@ -175,7 +181,7 @@ async def _heartbeats(url: str, group: str, topic: str, seconds: float, coordina
     return {"members": MEMBERS, "heartbeat_interval_ms": interval, "heartbeats": count,
             "heartbeats_per_s": round(count / wall, 1),
             "coordinator_cpu_per_heartbeat_us": round(cpu / max(count, 1) * 1e6, 1),
-            "coordinator_core_share": round(cpu / wall, 3)}
+            "coordinator_core_share": round(cpu / wall, 3), "transport_errors": errors}
 
 
 def heartbeat_cost(url: str, coordinator_pid: int, seconds: float) -> dict[str, Any]:

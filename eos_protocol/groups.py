@@ -29,6 +29,7 @@ from eos_protocol.common import (
     WireModel,
     examples,
 )
+from eos_protocol.node import OffsetCommitEntry
 
 #: ``member_epoch`` of a join: the member has no epoch yet.
 JOIN_EPOCH = 0
@@ -99,6 +100,21 @@ class GroupHeartbeatRequest(WireModel):
         "member, and answer as soon as its assignment does (a long poll): a member that "
         "sends its heartbeats this way learns of a move at once.",
     )
+
+
+class MemberOffsetCommitRequest(WireModel):
+    """A member's offsets, committed outside any transaction, checked against its
+    membership first (Kafka's OffsetCommit with a member epoch): a member fenced since, or
+    one that does not own a partition named, cannot move its offsets."""
+
+    model_config = examples(
+        {"member_id": "4d3b0c1e8f2a", "member_epoch": 3,
+         "offsets": [{"topic": "orders", "partition": 0, "offset": 2, "metadata": None}]}
+    )
+
+    member_id: MemberId
+    member_epoch: int = Field(ge=1, le=MAX_EPOCH)
+    offsets: list[OffsetCommitEntry] = Field(min_length=1, max_length=100_000)
 
 
 class GroupHeartbeatResponse(AnswerModel):

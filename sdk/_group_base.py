@@ -324,6 +324,13 @@ class GroupMember:
             self._early = not news and now - beat.sent_at < beat.max_wait_ms / 2000
             return self.owned != self.assignment
 
+    def fenced(self) -> None:
+        """The coordinator refused one of this member's calls as fenced (a commit): as a
+        heartbeat's fencing, everything owned is lost."""
+        with self._lock:
+            if self.state in (MemberState.JOINING, MemberState.STABLE):
+                self._lose()
+
     def on_error(self, beat: Beat, exc: BaseException) -> bool:
         """A heartbeat failed (after the transport's own retries). Fencing loses every
         partition; a transient failure is tried again after a backoff while the session

@@ -131,6 +131,15 @@ class AsyncHeartbeat:
             log.info("group %s: leave failed (%r); the session will end it", self._member.group_id,
                      exc)  # fmt: skip
 
+    async def commit(self, body: dict[str, Any], timeout_s: float | None) -> Any:
+        """A member's offsets, through the group's coordinator (which checks the member)."""
+        group = self._member.group_id
+        return await self._client().call(
+            Req.OFFSET_COMMIT, "POST", group_path(group, "offsets"),
+            base=self._coordinator, json=body, timeout_s=timeout_s,
+            invalidate=lambda exc: self._metadata.invalidate_group_coordinator(group, exc),
+        )  # fmt: skip
+
     async def aclose(self) -> None:
         self._closed = True
         await self.stop()
@@ -271,6 +280,15 @@ class Heartbeat:
         except Exception as exc:
             log.info("group %s: leave failed (%r); the session will end it", self._member.group_id,
                      exc)  # fmt: skip
+
+    def commit(self, body: dict[str, Any], timeout_s: float | None) -> Any:
+        """A member's offsets, through the group's coordinator (which checks the member)."""
+        group, http = self._member.group_id, self._client()
+        return http.call(
+            Req.OFFSET_COMMIT, "POST", group_path(group, "offsets"),
+            base=lambda: self._coordinator(http), json=body, timeout_s=timeout_s,
+            invalidate=lambda exc: self._metadata.invalidate_group_coordinator(group, exc),
+        )  # fmt: skip
 
     def close(self) -> None:
         self._closed = True

@@ -13,7 +13,7 @@ a reset needs read on the group and on each topic (Kafka's AlterConsumerGroupOff
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import httpx
 from fastapi import APIRouter, Path, Query, Request
@@ -21,6 +21,7 @@ from fastapi import APIRouter, Path, Query, Request
 from coordinator_service.api.access import Caller
 from coordinator_service.api.deps import ServicesDep
 from coordinator_service.groups import store
+from coordinator_service.groups.fencing import check_member
 from coordinator_service.groups.membership import Group
 from eos_protocol.acl import Operation, ResourceType
 from eos_protocol.common import MAX_ID_LENGTH, Empty, TopicPartition
@@ -37,9 +38,11 @@ from eos_protocol.groups import (
     GroupList,
     GroupListing,
     GroupMemberDescription,
+    MemberOffsetCommitRequest,
     ResetOffsetsRequest,
     ResetOffsetsResponse,
 )
+from eos_protocol.node import OffsetCommitResponse
 from eos_server.envelope import error_responses
 
 router = APIRouter(prefix="/v1/groups", tags=["groups"])
@@ -232,3 +235,41 @@ async def delete(group_id: GroupIdPath, services: ServicesDep, caller: Caller) -
     if not existed:
         raise GroupIdNotFoundError(f"no consumer group {group_id!r} is on record")
     return Empty()
+
+
+@router.post(
+    "/{group_id}/offsets",
+    operation_id="commitMemberOffsets",
+    summary="Commit a member's offsets, fenced by its membership (OffsetCommit)",
+    description=(
+        "For members of a group with subscriptions: the coordinator checks that the member "
+        "is current and owns every partition named (`UNKNOWN_MEMBER_ID`, "
+        "`FENCED_MEMBER_EPOCH` otherwise) and writes the offsets to the group's offsets "
+        "node while no rebalance can move them. Consumers that `assign()` partitions "
+        "commit at the node directly (`commitGroupOffsets`)."
+    ),
+    response_model=OffsetCommitResponse,
+    responses=error_responses(
+        "INVALID_REQUEST", *_AUTH, *_ROUTING, "TOPIC_AUTHORIZATION_FAILED",
+        "UNKNOWN_MEMBER_ID", "FENCED_MEMBER_EPOCH",
+    ),
+)
+async def commit_member_offsets(
+    group_id: GroupIdPath,
+    body: MemberOffsetCommitRequest,
+    services: ServicesDep,
+    caller: Caller,
+    request: Request,
+) -> Any:
+    await services.access.require(caller, ResourceType.GROUP, group_id, Operation.READ)
+    for name in sorted({o.topic for o in body.offsets}):
+        await services.access.require(caller, ResourceType.TOPIC, name, Operation.READ)
+    partitions = frozenset((o.topic, o.partition) for o in body.offsets)
+    async with services.groups.locked(group_id):  # no member is removed meanwhile
+        _, group = await services.groups.owned(group_id)
+        member = group.members.get(body.member_id)
+        check_member(group_id, body.member_id, body.member_epoch, partitions, member,
+                     len(group.members))
+        return await services.group_offsets.commit(
+            group_id, [o.model_dump() for o in body.offsets], _caller_headers(request)
+        )

@@ -81,6 +81,13 @@ class GroupOffsets:
                                 params={"require_stable": "false"})
         return {(o["topic"], int(o["partition"])): int(o["offset"]) for o in body["offsets"]}
 
+    async def commit(self, group_id: str, offsets: list[dict[str, Any]],
+                     headers: dict[str, str]) -> Any:
+        """Commit offsets at the group's offsets node (outside any transaction)."""
+        return await self._call("POST", await self._offsets_url(group_id),
+                                {**headers, "content-type": "application/json"},
+                                body={"offsets": offsets})
+
     async def bounds(self, topic: str, partition: int, headers: dict[str, str]
                      ) -> dict[str, int]:
         url = join(await self._leader_url(topic, partition), "v1", "partitions", topic,
@@ -162,9 +169,7 @@ class GroupOffsets:
         offsets = await _bounded([functools.partial(target, k) for k in keys])
         entries = [{"topic": t, "partition": p, "offset": o}
                    for (t, p), o in zip(keys, offsets, strict=True)]
-        await self._call("POST", await self._offsets_url(group_id),
-                         {**headers, "content-type": "application/json"},
-                         body={"offsets": entries})
+        await self.commit(group_id, entries, headers)
         return [ResetOffset(topic=t, partition=p, offset=o)
                 for (t, p), o in zip(keys, offsets, strict=True)]
 

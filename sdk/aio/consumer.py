@@ -31,7 +31,13 @@ from typing import Any
 
 import httpx
 
-from eos_protocol.errors import EosError, NotFoundError, OffsetOutOfRangeError
+from eos_protocol.errors import (
+    EosError,
+    FencedMemberEpochError,
+    NotFoundError,
+    OffsetOutOfRangeError,
+    UnknownMemberIdError,
+)
 from eos_protocol.fetch_many import MAX_FETCH_PARTITIONS
 from sdk._config import USE_DEFAULT, ConsumerConfig, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._consumer_base import FETCH_MANY_PATH, ConsumerCore, NodeAnswer, decode_records
@@ -465,13 +471,32 @@ class AsyncConsumer:
         offsets: Offsets | None = None,
         timeout: TimeoutArg = USE_DEFAULT,
     ) -> None:
-        """Commit ``offsets`` (default: the current positions) for the consumer group."""
+        """Commit ``offsets`` (default: the current positions) for the consumer group.
+
+        A subscribed consumer commits through the group's coordinator, which refuses a
+        member fenced since (``FencedMemberEpochError``, ``UnknownMemberIdError``) or
+        offsets of a partition it does not own, so a stalled copy cannot move offsets
+        another copy now owns; one that ``assign()``s commits at the offsets node."""
         group = self._core.require_group()
         wanted = None if offsets is None else normalise_offsets(offsets)
         body = self._core.commit_body(wanted)
         if not body["offsets"]:
             return
-        await self._group_call(Req.OFFSET_COMMIT, "POST", group, body=body, timeout=timeout)
+        if not self._core.subscribed:
+            await self._group_call(Req.OFFSET_COMMIT, "POST", group, body=body, timeout=timeout)
+            return
+        member = self._group.group_metadata()
+        if member.member_id is None:
+            raise UnknownMemberIdError(
+                f"this consumer is not a member of group {group!r} now (joining, or fenced "
+                "and not yet joined again): its offsets cannot be committed"
+            )
+        body |= {"member_id": member.member_id, "member_epoch": member.member_epoch}
+        try:
+            await self._heartbeat.commit(body, resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS))
+        except (FencedMemberEpochError, UnknownMemberIdError):
+            self._group.fenced()  # the next poll reports the loss and joins again
+            raise
 
     async def committed(
         self,

@@ -405,3 +405,30 @@ def test_async_members_share_rebalance_and_fence(cluster: Cluster) -> None:
     output = read_topic(cluster.url, out, PARTITIONS, expect=PARTITIONS)
     assert [r.value for r in output] == ["sentinel"] * PARTITIONS
     assert ("revoked", "a", frozenset()) not in log
+
+
+def test_a_stalled_member_cannot_move_offsets_another_now_owns(cluster: Cluster) -> None:
+    """Plain commits of a subscribed consumer go through the group's coordinator: after
+    the zombie's session ran out, its commit is refused and the committed offsets stay
+    where the new owner left them."""
+    source, group, log = cluster.create_topic(2, "in"), _uid("g"), []
+    _produce(cluster, source, 5, "v", partitions=2)
+    zombie = Member(cluster, "z", group, source, log)
+    try:
+        _pump([zombie], lambda: len(zombie.records) >= 10, "the input")
+        zombie.consumer.commit()  # a member's own commit goes through
+        assert {o.offset for o in zombie.consumer.committed().values() if o} == {5}
+        stale = zombie.consumer.group_metadata()
+        zombie.consumer._heartbeat.stop()  # the stall
+        _wait_gone(cluster, group, stale.member_id)
+        other = Member(cluster, "o", group, source, log)
+        try:
+            _pump([other], lambda: len(other.owned) == 2, "the partitions moved")
+            other.consumer.commit({tp: 3 for tp in other.owned})
+            with pytest.raises(FENCED):
+                zombie.consumer.commit({tp: 5 for tp in other.owned})
+            assert {o.offset for o in other.consumer.committed().values() if o} == {3}
+        finally:
+            other.consumer.close()
+    finally:
+        zombie.consumer.close()

@@ -41,7 +41,7 @@ OPERATION_IDS = {
         "listAcls", "createAcls", "deleteAcls", "getAclSnapshot", "getLiveCoordinators",
         "nodeHeartbeat", "alterPartition", "alterPartitions", "alterTopicConfig",
         "listHangingTransactions", "abortHangingTransaction", "consumerGroupHeartbeat",
-        "listGroups", "describeGroup", "deleteGroup", "resetGroupOffsets",
+        "listGroups", "describeGroup", "deleteGroup", "resetGroupOffsets", "commitMemberOffsets",
     },
     "node": {
         "produceRecords", "fetchRecords", "getPartitionOffsets", "describeProducers",
