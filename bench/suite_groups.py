@@ -149,20 +149,25 @@ async def _heartbeats(url: str, group: str, topic: str, seconds: float, coordina
                       ) -> dict[str, Any]:
     limits = httpx.Limits(max_connections=MEMBERS + 50, max_keepalive_connections=MEMBERS + 50)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        members: list[tuple[str, int, list[dict[str, Any]]]] = []
-        for _ in range(MEMBERS):
-            a = (await client.post(f"/v1/groups/{group}/heartbeat", json={
-                "member_epoch": 0, "subscribed_topic_names": [topic],
-                "owned_partitions": []})).json()
-            members.append((a["member_id"], a["member_epoch"], a["assignment"]))
-        interval = a["heartbeat_interval_ms"]
-        count = 0
+
+        async def join() -> dict[str, Any]:
+            answer = await client.post(f"/v1/groups/{group}/heartbeat", json={
+                "member_epoch": 0, "subscribed_topic_names": [topic], "owned_partitions": []})
+            return dict(answer.json())
+
+        joined = time.monotonic()
+        members: list[dict[str, Any]] = []
+        for _ in range(0, MEMBERS, 50):  # 50 joins at a time, as copies starting together
+            members += await asyncio.gather(*(join() for _ in range(50)))
+        join_s = time.monotonic() - joined
+        interval = members[0]["heartbeat_interval_ms"]
+        count = errors = rejoins = 0
         stop_at = time.monotonic() + seconds
 
-        errors = 0
-
-        async def member(member_id: str, epoch: int, owned: list[dict[str, Any]]) -> None:
-            nonlocal count, errors
+        async def member(first: dict[str, Any]) -> None:
+            nonlocal count, errors, rejoins
+            member_id, epoch = first["member_id"], first["member_epoch"]
+            owned = first["assignment"]
             while time.monotonic() < stop_at:
                 try:
                     answer = (await client.post(f"/v1/groups/{group}/heartbeat", json={
@@ -171,14 +176,19 @@ async def _heartbeats(url: str, group: str, topic: str, seconds: float, coordina
                 except httpx.TransportError:  # a kept-alive connection the server closed
                     errors += 1
                     continue
+                if "error" in answer:  # removed: its session ran out while others joined
+                    rejoins += 1
+                    answer = await join()
+                    member_id = answer["member_id"]
                 epoch, owned = answer["member_epoch"], answer["assignment"]
                 count += 1
 
         # the window opens once all have joined: the first rounds still hand partitions out
         cpu0, t0 = cpu_seconds(coordinator_pid), time.monotonic()
-        await asyncio.gather(*(member(*m) for m in members))
+        await asyncio.gather(*(member(m) for m in members))
         cpu, wall = cpu_seconds(coordinator_pid) - cpu0, time.monotonic() - t0
-    return {"members": MEMBERS, "heartbeat_interval_ms": interval, "heartbeats": count,
+    return {"members": MEMBERS, "joins_s": round(join_s, 1), "rejoins": rejoins,
+            "heartbeat_interval_ms": interval, "heartbeats": count,
             "heartbeats_per_s": round(count / wall, 1),
             "coordinator_cpu_per_heartbeat_us": round(cpu / max(count, 1) * 1e6, 1),
             "coordinator_core_share": round(cpu / wall, 3), "transport_errors": errors}

@@ -18,6 +18,7 @@ from eos_cli.bench_command import register as register_bench
 from eos_cli.cluster_commands import register as register_cluster
 from eos_cli.commands import register as register_everyday
 from eos_cli.demo import register as register_demo
+from eos_cli.group_commands import register as register_groups
 from eos_cli.hanging_commands import register as register_hanging
 from eos_cli.openapi_command import register as register_openapi
 from partition_service.cli import register as register_node
@@ -56,6 +57,7 @@ register_auth(app)
 register_demo(app)
 register_everyday(app)
 register_hanging(app)
+register_groups(app)
 register_node(app)
 register_coordinator(app)
 register_spark(app)

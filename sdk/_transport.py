@@ -74,6 +74,10 @@ class Req(enum.StrEnum):
     LIST_ACLS = "list_acls"
     CREATE_ACLS = "create_acls"
     DELETE_ACLS = "delete_acls"
+    LIST_GROUPS = "list_groups"
+    DESCRIBE_GROUP = "describe_group"
+    DELETE_GROUP = "delete_group"
+    RESET_GROUP_OFFSETS = "reset_group_offsets"
 
 
 class Verdict(enum.Enum):
@@ -181,6 +185,18 @@ POLICIES: dict[Req, RetryPolicy] = {
     # (though a repeat's answer then lists fewer deleted bindings).
     Req.CREATE_ACLS: RetryPolicy(idempotent=True),
     Req.DELETE_ACLS: RetryPolicy(idempotent=True),
+    # Group administration. Listing reads the database of any instance; describing asks
+    # the storage nodes for each partition's lag too: the longer timeout.
+    Req.LIST_GROUPS: RetryPolicy(idempotent=True),
+    Req.DESCRIBE_GROUP: RetryPolicy(idempotent=True, coordinator=False),
+    # A delete repeated after a lost answer finds the group gone (GROUP_ID_NOT_FOUND):
+    # the state asked for, which the admin client takes as done when an earlier attempt
+    # may have reached the coordinator.
+    Req.DELETE_GROUP: RetryPolicy(idempotent=True),
+    # A repeated reset computes its target again: the same offsets for to_offset, and for
+    # earliest, latest or a time what a fresh reset would set now. The group's lock orders
+    # a retry behind a slow first attempt; it reads each partition's bounds on the nodes.
+    Req.RESET_GROUP_OFFSETS: RetryPolicy(idempotent=True, coordinator=False),
 }
 
 

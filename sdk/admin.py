@@ -1,13 +1,17 @@
 # Generated from sdk/aio/admin.py by sdk/_unasync.py: edit that file, not this one.
-"""``AdminClient``: topics, cluster metadata, transactions and ACLs (blocking twin).
+"""``AdminClient``: topics, cluster metadata, transactions, consumer groups and ACLs
+(blocking twin).
 
 Cluster-wide questions go to the coordinator named by ``bootstrap_url`` (any instance
 answers them from the shared store); ``describe_producers`` asks the partition's storage
-node. Answers are the wire models of ``eos_protocol``, so they are typed and validated.
+node; deleting a group or resetting its offsets goes to the group's coordinator, the one
+instance that may write it. Answers are the wire models of ``eos_protocol``, so they are
+typed and validated.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
@@ -30,7 +34,15 @@ from eos_protocol.coordinator import (
     TransactionDescription,
     TransactionListing,
 )
-from eos_protocol.errors import TopicAlreadyExistsError
+from eos_protocol.errors import GroupIdNotFoundError, TopicAlreadyExistsError
+from eos_protocol.groups import (
+    GroupDescription,
+    GroupList,
+    GroupListing,
+    ResetOffset,
+    ResetOffsetsRequest,
+    ResetOffsetsResponse,
+)
 from eos_protocol.hanging import (
     AbortHangingRequest,
     AbortHangingResponse,
@@ -45,14 +57,17 @@ from sdk._metadata import (
     Bootstrap,
     MetadataCache,
     find_coordinator_params,
+    group_path,
     partition_path,
     topic_path,
 )
-from sdk._transport import MEMBERS_PARAMS, MEMBERS_PATH, Req, SyncTransport
+from sdk._transport import MEMBERS_PARAMS, MEMBERS_PATH, UNKNOWN_OUTCOME, Req, SyncTransport
 from sdk._types import TopicPartition, as_topic_partition
 from sdk._versions import require_protocol
 
 _DEFAULT_TIMEOUT_MS = 30_000
+#: Failures that prove a request never reached the server (no connection was made).
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class AdminClient:
@@ -341,6 +356,105 @@ class AdminClient:
         )
         return read_answer(AbortHangingResponse, body)
 
+    # --- consumer groups -----------------------------------------------------------------
+
+    def list_groups(self, *, timeout: TimeoutArg = USE_DEFAULT) -> list[GroupListing]:
+        """Every consumer group on record with its state, member count and epoch
+        (ListGroups); only the groups the caller may describe."""
+        body = self._get(Req.LIST_GROUPS, "/v1/groups", timeout)
+        return read_answer(GroupList, body).groups
+
+    def describe_group(
+        self, group_id: str, *, lag: bool = True, timeout: TimeoutArg = USE_DEFAULT
+    ) -> GroupDescription:
+        """Members, epochs and assignments of one group (DescribeGroups); with ``lag``,
+        each subscribed partition's committed offset against its last stable offset.
+        ``GroupIdNotFoundError`` when the group is not on record. Lag the nodes could not
+        give is left out with the reason in ``lag_error``: the rest still stands."""
+        params = {"lag": "true" if lag else "false"}
+        body = self._get(Req.DESCRIBE_GROUP, _group_root(group_id), timeout, params)
+        return read_answer(GroupDescription, body)
+
+    def delete_group(self, group_id: str, *, timeout: TimeoutArg = USE_DEFAULT) -> None:
+        """Delete an empty group's state (DeleteGroups); its committed offsets stay
+        (``reset_group_offsets`` moves them). ``NonEmptyGroupError`` while it has members,
+        ``GroupIdNotFoundError`` when it is not on record. A retry after a lost answer
+        finds the group gone: that counts as deleted, so the error is raised only when no
+        attempt may have reached the coordinator before."""
+        lost: list[BaseException] = []
+        try:
+            self._group_call(
+                Req.DELETE_GROUP, "DELETE", _group_root(group_id), group_id, timeout,
+                on_retry=lost.append,
+            )  # fmt: skip
+        except GroupIdNotFoundError:
+            if not any(isinstance(e, UNKNOWN_OUTCOME) and not isinstance(e, _NOT_SENT)
+                       for e in lost):  # fmt: skip
+                raise
+
+    def reset_group_offsets(
+        self,
+        group_id: str,
+        topics: str | Iterable[str],
+        *,
+        to_earliest: bool = False,
+        to_latest: bool = False,
+        to_timestamp_ms: int | None = None,
+        to_offset: int | None = None,
+        timeout: TimeoutArg = USE_DEFAULT,
+    ) -> list[ResetOffset]:
+        """Move an empty group's committed offsets on every partition of ``topics`` (one
+        name or several) to exactly one target: the log start, the last stable offset,
+        the first committed record at or after ``to_timestamp_ms``, or ``to_offset``
+        (clamped to what each partition holds). Returns the offsets written.
+        ``NonEmptyGroupError`` while the group has members: a member would go on from
+        its own position and commit over the reset. ``ValueError`` for no target or
+        several, before anything is sent."""
+        names = [topics] if isinstance(topics, str) else list(topics)
+        targets = [to_earliest, to_latest, to_timestamp_ms is not None, to_offset is not None]
+        if sum(targets) != 1:
+            raise ValueError(
+                "name exactly one of to_earliest, to_latest, to_timestamp_ms, to_offset"
+            )
+        request = ResetOffsetsRequest(
+            topics=names, to_earliest=to_earliest, to_latest=to_latest,
+            to_timestamp_ms=to_timestamp_ms, to_offset=to_offset,
+        )  # fmt: skip
+        body = self._group_call(
+            Req.RESET_GROUP_OFFSETS, "POST", group_path(group_id, "offsets/reset"), group_id,
+            timeout, json=request.model_dump(mode="json", exclude_defaults=True),
+        )  # fmt: skip
+        return read_answer(ResetOffsetsResponse, body).offsets
+
+    def _group_call(
+        self,
+        req: Req,
+        method: str,
+        path: str,
+        group_id: str,
+        timeout: TimeoutArg,
+        *,
+        json: Any = None,
+        on_retry: Callable[[BaseException], None] | None = None,
+    ) -> Any:
+        """A request only the group's coordinator answers, routed as a consumer routes
+        its heartbeats: to the coordinator the metadata cache holds for the group (found
+        first if none), to the owner a NOT_COORDINATOR names, found again after a lost
+        answer. ``on_retry`` sees each such failure before the next attempt."""
+
+        def invalidate(exc: BaseException) -> None:
+            if on_retry is not None:
+                on_retry(exc)
+            self._metadata.invalidate_group_coordinator(group_id, exc)
+
+        def owner() -> str:
+            return self._group_coordinator(group_id, timeout)
+
+        return self._http.call(
+            req, method, path, base=owner, json=json, invalidate=invalidate,
+            timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+        )  # fmt: skip
+
     # --- access control lists --------------------------------------------------------------
 
     def list_acls(
@@ -424,3 +538,15 @@ class AdminClient:
             found = self.find_coordinator(transactional_id, timeout=timeout)
             self._metadata.txn_coordinator = found.url.rstrip("/")
         return self._metadata.txn_coordinator
+
+    def _group_coordinator(self, group_id: str, timeout: TimeoutArg) -> str:
+        url = self._metadata.group_coordinator(group_id)
+        if url is None:
+            found = self.find_coordinator(group_id, "consumer_group", timeout=timeout)
+            self._metadata.set_group_coordinator(group_id, found.url)
+            url = found.url.rstrip("/")
+        return url
+
+
+def _group_root(group_id: str) -> str:
+    return f"/v1/groups/{segment(group_id)}"
