@@ -301,6 +301,7 @@ def create_app(
                 # released, or the next owner waits out the lease time.
                 for what, step in (
                     ("markers", markers.stop), ("state writer", writer.stop),
+                    ("group writes", groups.stop),
                     ("leases", leases.release_all), ("controller lease", controller.release),
                     ("state pusher", pusher.stop), ("heartbeats", replicas.close),
                     ("instance record", instances.stop), ("node link", link.close),

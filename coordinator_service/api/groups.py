@@ -29,7 +29,6 @@ from eos_protocol.errors import (
     EosError,
     GroupIdNotFoundError,
     NonEmptyGroupError,
-    NotCoordinatorError,
 )
 from eos_protocol.groups import (
     GroupDescription,
@@ -225,13 +224,8 @@ async def delete(group_id: GroupIdPath, services: ServicesDep, caller: Caller) -
                 f"group {group_id!r} has {len(group.members)} members; it can be deleted "
                 "once they have left or timed out"
             )
-        if not await services.db.run(
-            store.delete_group, group_id, token, services.lease_clock.now_ms()
-        ):
-            groups.forget(group_id)
-            raise NotCoordinatorError(f"the lease of group {group_id!r} moved; retry")
         existed = group.group_epoch > 0
-        groups.forget(group_id)
+        await groups.delete(group_id, token)
     if not existed:
         raise GroupIdNotFoundError(f"no consumer group {group_id!r} is on record")
     return Empty()

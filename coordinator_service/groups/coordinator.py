@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Iterable
 
 from coordinator_service.clock import Clock
 from coordinator_service.cluster.leases import LeaseManager
@@ -45,6 +46,7 @@ from coordinator_service.groups.membership import (
     release,
 )
 from coordinator_service.groups.subscriptions import SubscriptionResolver, check_subscription
+from coordinator_service.groups.writer import GroupWriter, snapshot
 from coordinator_service.transactions import state as st
 from coordinator_service.transactions.store import LeaseToken
 from eos_protocol.common import TopicPartition
@@ -92,9 +94,11 @@ class GroupCoordinator:
         self.max_size = max_size
         self.leases: LeaseManager | None = None
         self.resolver = SubscriptionResolver(metadata)
+        self._writer = GroupWriter(db, lease_clock)
         self._groups: dict[str, tuple[LeaseToken, Group]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._moved: dict[str, asyncio.Event] = {}
+        #: the held heartbeat of each member, woken when its assignment may have moved
+        self._moved: dict[tuple[str, str], asyncio.Event] = {}
         self.rebalances = 0
 
     def partition_of(self, group_id: str) -> int:
@@ -109,11 +113,22 @@ class GroupCoordinator:
         under ``locked``."""
         return await self._owned(group_id)
 
+    async def delete(self, group_id: str, token: LeaseToken) -> None:
+        """Delete the group's rows after every change queued before (under its lock)."""
+        group = Group(group_id, self.partition_of(group_id))
+        write = snapshot(token, group, set(), set())
+        write.group_row = None
+        await self._written(group_id, self._writer.submit(write))
+        self.forget(group_id)
+
+    async def stop(self) -> None:
+        await self._writer.stop()
+
     def forget(self, group_id: str) -> None:
         """Drop the cached group (deleted, or to be read again from the database)."""
         self._groups.pop(group_id, None)
         self.resolver.forget(group_id)
-        self._announce_move(group_id)
+        self._wake_all(group_id)
 
     def _lock(self, group_id: str) -> asyncio.Lock:
         lock = self._locks.get(group_id)
@@ -121,16 +136,25 @@ class GroupCoordinator:
             lock = self._locks[group_id] = asyncio.Lock()
         return lock
 
-    def _announce_move(self, group_id: str) -> None:
-        """Wake every heartbeat of this group held in a long poll."""
-        event = self._moved.pop(group_id, None)
-        if event is not None:
-            event.set()
+    def _wake(self, group_id: str, member_ids: Iterable[str]) -> None:
+        """Answer the held heartbeats of these members now: their assignment may move."""
+        for member_id in member_ids:
+            event = self._moved.pop((group_id, member_id), None)
+            if event is not None:
+                event.set()
 
-    def _move_event(self, group_id: str) -> asyncio.Event:
-        event = self._moved.get(group_id)
+    def _wake_all(self, group_id: str) -> None:
+        self._wake(group_id, [m for g, m in list(self._moved) if g == group_id])
+
+    def _wake_waiting(self, group: Group) -> None:
+        """Partitions were let go of: wake the members still waiting for some."""
+        self._wake(group.group_id, [m.member_id for m in group.members.values()
+                                    if m.target - m.assigned])
+
+    def _move_event(self, group_id: str, member_id: str) -> asyncio.Event:
+        event = self._moved.get((group_id, member_id))
         if event is None:
-            event = self._moved[group_id] = asyncio.Event()
+            event = self._moved[(group_id, member_id)] = asyncio.Event()
         return event
 
     async def _owned(self, group_id: str) -> tuple[LeaseToken, Group]:
@@ -148,17 +172,23 @@ class GroupCoordinator:
         self._groups[group_id] = (token, group)
         return token, group
 
-    async def _save(
+    def _save(
         self, token: LeaseToken, group: Group, members: set[str], removed: set[str]
-    ) -> None:
-        ok = await self._db.run(
-            store.save_group, group, members, removed, token, self._lease_clock.now_ms()
-        )
-        if not ok:
-            self._groups.pop(group.group_id, None)  # the database is the truth: reload
+    ) -> asyncio.Future[bool]:
+        """Queue the group's changed rows (under its lock); await ``_written`` on the
+        result after the lock is released."""
+        return self._writer.submit(snapshot(token, group, members, removed))
+
+    async def _written(self, group_id: str, pending: asyncio.Future[bool] | None) -> None:
+        """Wait until a queued change is durable; NOT_COORDINATOR when the lease moved on
+        (the group is read again from the database next time)."""
+        if pending is None:
+            return
+        if not await pending:
+            self._groups.pop(group_id, None)  # the database is the truth: reload
             raise NotCoordinatorError(
-                f"the lease on transaction log partition {token.log_partition} moved; "
-                f"look the coordinator of group {group.group_id!r} up again"
+                f"the lease of group {group_id!r} moved to another coordinator; look it up "
+                "again"
             )
 
     # --- heartbeat -----------------------------------------------------------------------
@@ -173,8 +203,9 @@ class GroupCoordinator:
         wait_until = self._clock.now_ms() + req.max_wait_ms
         while True:
             async with self._lock(group_id):
-                answer, idle = await self._beat(group_id, req, owned, client_host)
-                moved = self._move_event(group_id)
+                answer, idle, pending = await self._beat(group_id, req, owned, client_host)
+                moved = self._move_event(group_id, answer.member_id)
+            await self._written(group_id, pending)
             remaining = wait_until - self._clock.now_ms()
             if not idle or remaining <= 0:
                 return answer
@@ -193,11 +224,12 @@ class GroupCoordinator:
         req: GroupHeartbeatRequest,
         owned: Partitions | None,
         client_host: str | None,
-    ) -> tuple[GroupHeartbeatResponse, bool]:
+    ) -> tuple[GroupHeartbeatResponse, bool, asyncio.Future[bool] | None]:
         token, group = await self._owned(group_id)
         now = self._clock.now_ms()
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return await self._leave(token, group, req), False
+            answer, left = self._leave(token, group, req)
+            return answer, False, left
         changed: set[str] = set()
         removed: set[str] = set()
         epoch_before = group.group_epoch
@@ -212,23 +244,23 @@ class GroupCoordinator:
             group.group_epoch += 1
         if group.group_epoch > epoch_before + 1:
             group.group_epoch = epoch_before + 1  # one heartbeat, one new group epoch
-        if group.group_epoch > group.assignment_epoch:
-            changed |= self._assign(group)
-        before = (member.member_epoch, member.assigned, member.pending_revocation)
+        moved = self._assign(group) if group.group_epoch > group.assignment_epoch else set()
+        changed |= moved
+        revoking = member.pending_revocation
         if reconcile(group, member, owned, now):
             changed.add(member.member_id)
-            if member.pending_revocation != before[2] and not member.pending_revocation:
-                self._announce_move(group_id)  # what it let go of: others may take it now
+        pending: asyncio.Future[bool] | None = None
         if changed or removed or group.group_epoch != epoch_before:
-            await self._save(token, group, changed, removed)
-        if group.group_epoch != epoch_before:
-            self._announce_move(group_id)
+            pending = self._save(token, group, changed, removed)
+        self._wake(group_id, moved - {member.member_id})
+        if (revoking and not member.pending_revocation) or removed:
+            self._wake_waiting(group)  # what it let go of: others may take it now
         answer = self._answer(member)
         idle = (
             not changed and owned is not None and owned == member.assigned
             and not member.pending_revocation
         )
-        return answer, idle
+        return answer, idle, pending
 
     def _answer(self, member: Member) -> GroupHeartbeatResponse:
         return GroupHeartbeatResponse(
@@ -363,9 +395,9 @@ class GroupCoordinator:
                 changed.add(member_id)
         return changed
 
-    async def _leave(
+    def _leave(
         self, token: LeaseToken, group: Group, req: GroupHeartbeatRequest
-    ) -> GroupHeartbeatResponse:
+    ) -> tuple[GroupHeartbeatResponse, asyncio.Future[bool]]:
         member = group.members.get(req.member_id) if req.member_id else None
         if member is None:
             raise UnknownMemberIdError(
@@ -374,17 +406,16 @@ class GroupCoordinator:
         if req.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
             member.previous_member_epoch = member.member_epoch
             member.member_epoch = STATIC_LEAVE_EPOCH  # its partitions wait for it
-            await self._save(token, group, {member.member_id}, set())
-            self._announce_move(group.group_id)  # its own held heartbeat ends now
+            pending = self._save(token, group, {member.member_id}, set())
         else:
             release(group, member.member_id)
-            await self._save(token, group, set(), {member.member_id})
-            self._announce_move(group.group_id)
+            pending = self._removed(token, group, {member.member_id})
+        self._wake(group.group_id, [member.member_id])  # its own held heartbeat ends now
         return GroupHeartbeatResponse(
             member_id=member.member_id, member_epoch=req.member_epoch,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             session_timeout_ms=self.session_timeout_ms, assignment=[],
-        )
+        ), pending
 
     # --- sessions ------------------------------------------------------------------------
 
@@ -409,13 +440,24 @@ class GroupCoordinator:
                     log.info("group %s: member %s removed (session or rebalance timeout)",
                              group_id, member_id)
                     release(group, member_id)
-                try:
-                    await self._save(token, group, set(), set(gone))
-                except NotCoordinatorError:
-                    continue
-                removed_total += len(gone)
-            self._announce_move(group_id)
+                pending = self._removed(token, group, set(gone))
+            try:
+                await self._written(group_id, pending)
+            except NotCoordinatorError:
+                continue
+            removed_total += len(gone)
         return removed_total
+
+    def _removed(self, token: LeaseToken, group: Group, gone: set[str]
+                 ) -> asyncio.Future[bool]:
+        """After members were removed: new targets at once (the others need not wait
+        for a heartbeat to learn of them), written with the removal, and the members
+        whose assignment moves woken."""
+        moved = self._assign(group) if group.group_epoch > group.assignment_epoch else set()
+        pending = self._save(token, group, moved, gone)
+        self._wake(group.group_id, moved)
+        self._wake_waiting(group)
+        return pending
 
     async def load_owned(self) -> None:
         """Load the groups of every lease held, so members of a group none of whose

@@ -1,7 +1,8 @@
 """Reads and lease-fenced writes of consumer groups (``consumer_groups``, ``group_members``).
 
 A write first takes the group's lease row ``FOR SHARE`` and checks that this instance
-still holds it at the epoch it loaded the group under; only then does it replace the rows.
+still holds it at the epoch it loaded the group under; only then does it replace the rows
+(``writer.py`` batches many groups' writes into one transaction this way).
 A takeover (an UPDATE of the lease row) therefore waits for a write under way, and a
 paused ex-owner's late write finds the lease gone and changes nothing: the same fence as
 transaction writes (``transactions/store.py``). Functions take a connection and never
@@ -37,7 +38,7 @@ def load_partitions(text: str) -> Partitions:
     return frozenset((str(t), int(p)) for t, p in orjson.loads(text))
 
 
-def _member_values(group_id: str, m: Member) -> dict[str, Any]:
+def member_values(group_id: str, m: Member) -> dict[str, Any]:
     return {
         "group_id": group_id,
         "member_id": m.member_id,
@@ -98,44 +99,38 @@ def holds_lease(conn: Connection, token: LeaseToken, now_ms: int) -> bool:
     return bool(conn.execute(sa.select(lease_held(token, now_ms, lock=True))).scalar())
 
 
-def save_group(
+def group_values(group: Group) -> dict[str, Any]:
+    return {
+        "group_id": group.group_id, "lease_partition": group.lease_partition,
+        "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch,
+        "subscribed_metadata": orjson.dumps(group.subscribed_metadata).decode(),
+    }
+
+
+def write_rows(
     conn: Connection,
-    group: Group,
-    members: Iterable[str],
-    removed: Iterable[str],
-    token: LeaseToken,
+    group_id: str,
+    group_row: dict[str, Any] | None,
+    members: list[dict[str, Any]],
+    removed: list[str],
     now_ms: int,
-) -> bool:
-    """Write the group row, the named members and the removal of ``removed``; False (and
-    nothing written) when the lease has moved on."""
-    if not holds_lease(conn, token, now_ms):
-        return False
-    conn.execute(G.delete().where(G.c.group_id == group.group_id))
-    conn.execute(G.insert().values(
-        group_id=group.group_id, lease_partition=group.lease_partition,
-        group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
-        subscribed_metadata=orjson.dumps(group.subscribed_metadata).decode(),
-        updated_ms=now_ms,
-    ))
-    gone = sorted(set(removed) | set(members))
+) -> None:
+    """Replace the group's row (delete the group and all its rows when ``group_row`` is
+    None), the rows of ``members`` and remove ``removed``; the caller checked the lease."""
+    if group_row is None:
+        conn.execute(M.delete().where(M.c.group_id == group_id))
+        conn.execute(G.delete().where(G.c.group_id == group_id))
+        conn.execute(C.delete().where(C.c.group_id == group_id))
+        return
+    conn.execute(G.delete().where(G.c.group_id == group_id))
+    conn.execute(G.insert().values(**group_row, updated_ms=now_ms))
+    gone = sorted(set(removed) | {m["member_id"] for m in members})
     for start in range(0, len(gone), 500):
         conn.execute(M.delete().where(
-            M.c.group_id == group.group_id, M.c.member_id.in_(gone[start:start + 500])
+            M.c.group_id == group_id, M.c.member_id.in_(gone[start:start + 500])
         ))
-    rows = [_member_values(group.group_id, group.members[m]) for m in sorted(set(members))
-            if m in group.members]
-    if rows:
-        conn.execute(M.insert(), rows)
-    return True
-
-
-def delete_group(conn: Connection, group_id: str, token: LeaseToken, now_ms: int) -> bool:
-    if not holds_lease(conn, token, now_ms):
-        return False
-    conn.execute(M.delete().where(M.c.group_id == group_id))
-    conn.execute(G.delete().where(G.c.group_id == group_id))
-    conn.execute(C.delete().where(C.c.group_id == group_id))
-    return True
+    if members:
+        conn.execute(M.insert(), members)
 
 
 def list_groups(conn: Connection) -> list[tuple[str, int, int, int]]:
