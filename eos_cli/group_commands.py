@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.table import Column, Table
 
 from eos_cli.commands import DEFAULT_BOOTSTRAP, Bootstrap, err, out, reports_errors
 from eos_protocol.common import TopicPartition
@@ -79,15 +79,17 @@ def _print_description(group: GroupDescription, *, lag: bool) -> None:
         f"assignment epoch {group.assignment_epoch}, {len(group.members)} members",
         highlight=False,
     )
-    members = Table("member id", "instance id", "epoch", "state", "assignment",
-                    title="members")  # fmt: skip
+    # ids are printed whole, whatever the terminal's width: they are what a user copies
+    members = Table(Column("member id", no_wrap=True, min_width=32), "instance id", "epoch",
+                    "state", "assignment", title="members")  # fmt: skip
     for m in group.members:
         members.add_row(m.member_id, m.instance_id or "", str(m.member_epoch), m.state,
                         _partitions(m.assignment))  # fmt: skip
     out.print(members)
     if not lag:
         return
-    table = Table("topic", "partition", "committed", "LSO", "lag", "owner", title="lag")
+    table = Table("topic", "partition", "committed", "LSO", "lag",
+                  Column("owner", no_wrap=True, min_width=32), title="lag")
     for row in sorted(group.lag, key=lambda r: (r.topic, r.partition)):
         table.add_row(row.topic, str(row.partition), _maybe(row.committed_offset),
                       _maybe(row.last_stable_offset), _maybe(row.lag), row.owner or "")  # fmt: skip

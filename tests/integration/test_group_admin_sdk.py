@@ -21,11 +21,14 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 import httpx
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner, Result
 
+from eos_cli import group_commands
 from eos_cli.group_commands import _print_description, parse_datetime_ms
 from eos_cli.main import app
 from eos_protocol.groups import GroupDescription
@@ -221,8 +224,12 @@ def test_async_admin_client_describes_and_resets(cluster: Cluster) -> None:
 
 
 def _eos(cluster: Cluster, *args: str) -> Result:
-    return runner.invoke(app, [*args, "--bootstrap", cluster.coordinator_url(1)],
-                         env={"COLUMNS": "240"})  # fmt: skip
+    # The command's consoles took their width when the module was imported (from COLUMNS,
+    # if the environment had it then): wide ones for the tables here, whatever it was.
+    with mock.patch.object(group_commands, "out", Console(width=240)), \
+            mock.patch.object(group_commands, "err", Console(width=240, stderr=True)):
+        return runner.invoke(app, [*args, "--bootstrap", cluster.coordinator_url(1)],
+                             env={"COLUMNS": "240"})  # fmt: skip
 
 
 @pytest.mark.slow

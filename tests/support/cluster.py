@@ -50,6 +50,8 @@ PRINCIPALS = ("admin", "etl", "reader", "writer", "outsider")
 ACL_REFRESH_MS = 400
 # Background loops of test coordinators run fast, so that a test polls for seconds, not
 # for the production defaults' minutes.
+#: How long a test cluster's service may take to become ready.
+START_TIMEOUT_S = 120
 FAST_LOOPS = ("--marker-backoff-max-ms", "200", "--reconcile-interval-ms", "100")
 
 
@@ -117,7 +119,9 @@ class Cluster(LocalCluster):
             plan.node_addresses = {spec.proxied_node: self.node_proxy.url}
             verify[spec.proxied_node] = self.coordinator_proxy.url
         plan.verify_with = verify
-        super().__init__(plan, start_timeout=60)
+        # a start runs the migrations and meets the other services: on a machine loaded by
+        # the whole suite (images being built, JVMs starting) a minute was seen to fall short
+        super().__init__(plan, start_timeout=START_TIMEOUT_S)
 
     @property
     def coordinator(self) -> ServiceProcess:
