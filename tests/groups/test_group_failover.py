@@ -89,18 +89,28 @@ def test_members_go_on_when_the_group_coordinator_dies_mid_rebalance(
         watch = Watch(first)
         watch.until("the first member owns everything", lambda o: len(o[0]) == PARTITIONS)
         second.subscribe([topic])
-        watch.members.append(second)
-        watch.until("the rebalance under way",
-                    lambda o: len(o[0]) < PARTITIONS or second.group_metadata().member_id)
+        # The second joins while the first is not polled: the first cannot let go of
+        # anything (revocation happens in poll), so the rebalance is under way, and must
+        # be finished by the other coordinator, when the group's coordinator dies.
+        joining = Watch(second)
+        joining.until("the second member joined", lambda o: bool(
+            second.group_metadata().member_id))
+        assert first.assignment() == {TopicPartition(topic, p) for p in range(PARTITIONS)}
         killed = time.monotonic()
         doomed.kill()
+        watch.members.append(second)
         watch.until("a balanced group on the surviving coordinator", _balanced)
         took = time.monotonic() - killed
         print(f"coordinator SIGKILL mid-rebalance -> balanced in {took:.2f} s "
               f"(lease {LEASE_MS / 1000:.0f} s)")
-        owner = httpx.get(f"{survivor.url}/v1/coordinators", timeout=10,
-                          params={"key": group, "key_type": "consumer_group"}).json()
-        assert owner["url"].rstrip("/") == survivor.url.rstrip("/")
+
+        def owned_by_survivor() -> bool:
+            owner = httpx.get(f"{survivor.url}/v1/coordinators", timeout=10,
+                              params={"key": group, "key_type": "consumer_group"})
+            return owner.status_code == 200 and (
+                owner.json()["url"].rstrip("/") == survivor.url.rstrip("/"))
+
+        assert owned_by_survivor()  # no second member got partitions from the dead one
         described = httpx.get(f"{survivor.url}/v1/groups/{group}", timeout=30,
                               params={"lag": "false"}).json()
         assert described["state"] == "stable" and len(described["members"]) == 2
