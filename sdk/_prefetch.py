@@ -167,6 +167,10 @@ class AsyncPrefetcher(_Ahead["asyncio.Task[T]"], Generic[T]):
                 await task
 
 
+#: How long closing a blocking consumer waits for its fetches under way.
+CLOSE_WAIT_S = 2.0
+
+
 class Prefetcher(_Ahead["Future[T]"], Generic[T]):
     """The blocking twin: fetches ahead on a small pool of threads, made when first
     needed (a consumer that never reads ahead starts none)."""
@@ -207,12 +211,14 @@ class Prefetcher(_Ahead["Future[T]"], Generic[T]):
         handle.cancel()  # if it is running already, its answer is just not used
 
     def close(self) -> None:
-        for future in self._all():
-            future.cancel()
+        running = [future for future in self._all() if not future.cancel()]
         if self._pool is not None:
-            # Not waiting: a fetch ahead retrying against a node that is down would hold
-            # the close for its whole deadline; it ends with an error once the consumer
-            # closes its transport, and nobody asks for that error.
+            # A fetch already under way (a long poll, usually) is given a moment to end,
+            # so the consumer closes its transport after it and no connection is left
+            # open behind the close. Not longer: a fetch retrying against a node that is
+            # down would hold the close for its whole deadline; it ends with an error
+            # once the transport is closed, and nobody asks for that error.
+            concurrent.futures.wait(running, timeout=CLOSE_WAIT_S)
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 

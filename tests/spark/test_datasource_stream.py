@@ -51,15 +51,25 @@ def test_available_now_reads_in_limited_batches_below_the_lso(
     def collect(df: Any, batch_id: int) -> None:
         seen.append((batch_id, [bytes(r["value"]).decode() for r in df.collect()]))
 
-    query = (
-        _source(spark, cluster, topic, maxRecordsPerTrigger="10").writeStream
-        .foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
     try:
-        query.awaitTermination(300)
+        for attempt in (1, 2):
+            query = (
+                _source(spark, cluster, topic, maxRecordsPerTrigger="10").writeStream
+                .foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ck"))
+                .trigger(availableNow=True).start()
+            )  # fmt: skip
+            try:
+                query.awaitTermination(300)
+                break
+            except Exception as exc:
+                # Spark gives its Python worker a fixed 10 s to connect back; on a loaded
+                # machine it may fail the query before its first batch, which is then
+                # started again from its checkpoint, as a user would.
+                if attempt == 2 or seen or "failed to connect back" not in str(exc):
+                    raise
+            finally:
+                query.stop()
     finally:
-        query.stop()
         producer.abort_transaction()
         producer.close()
     sizes = [len(batch) for _, batch in seen if batch]
