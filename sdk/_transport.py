@@ -173,8 +173,8 @@ POLICIES: dict[Req, RetryPolicy] = {
     Req.OFFSET_COMMIT: _node(),
     Req.TXN_OFFSET_COMMIT: _node(_NODE_REFIND | _ROUTING),
     Req.OFFSET_FETCH: _node(),
-    # A repeated heartbeat reports the same epoch and partitions. A repeated join (its
-    # answer lost) makes a second member, whose partitions come free when its session ends.
+    # A repeated heartbeat reports the same epoch and partitions; a repeated join names
+    # the same client-made member id.
     Req.GROUP_HEARTBEAT: RetryPolicy(idempotent=True),
     Req.LIST_TRANSACTIONS: RetryPolicy(idempotent=True),
     Req.DESCRIBE_TRANSACTION: RetryPolicy(idempotent=True),
