@@ -11,9 +11,11 @@ each call's requests and what its errors do to the state are the sequences of
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import httpx
 
 from eos_protocol.coordinator import TRANSACTION_VERSION_1
 from eos_protocol.errors import (
@@ -52,6 +54,21 @@ from sdk._types import as_topic_partition as _tp
 
 _PAYLOAD_TYPES = (str, bytes)
 _new_tuple = tuple.__new__
+
+
+#: How long a produce attempt may go unanswered before the sender looks its partitions'
+#: leaders up again, and how often it looks while the attempt stays unanswered. A leader
+#: that is paused (SIGSTOP, a stalled disk) or cut off accepts the connection, or holds
+#: it, and answers nothing; the cluster elects another leader within its node session
+#: timeout (2 s by default). Without a look the producer would wait out its request
+#: timeout (30 s) on the silent one, where a dead leader costs seconds.
+LEADER_CHECK_S = 1.0
+
+
+class LeaderMovedError(httpx.TransportError):
+    """A produce attempt given up because its partitions are led elsewhere now. Its
+    outcome is unknown, as after a timeout: the batches go again, to the new leader, with
+    the same sequence numbers, so a copy that did land is recognised as a duplicate."""
 
 
 #: How long a node that knew no multi-partition produce is sent one batch per request
@@ -361,6 +378,19 @@ class ProducerCore:
                 size += batch.size
             requests.append((url, chunk) if len(chunk) > 1 else (None, chunk))
         return requests
+
+    def led_elsewhere(self, url: str, batches: Iterable[ProducerBatch]) -> bool:
+        """Whether a partition of ``batches``, sent to ``url``, has another leader now
+        (after ``refresh_leaders``); a partition with no leader for the moment has not
+        moved yet."""
+        for batch in batches:
+            try:
+                leader = self.metadata.leader(batch.tp)
+            except Exception:
+                continue
+            if leader is not None and not url.startswith(leader):
+                return True
+        return False
 
     def single_batches_to(self, url: str) -> None:
         """The node at ``url`` knows no multi-partition produce (an earlier release): send

@@ -54,7 +54,7 @@ from sdk._metadata import (
     topic_path,
     txn_path,
 )
-from sdk._producer_base import Body, ProducerCore, normalise_offsets
+from sdk._producer_base import LEADER_CHECK_S, Body, ProducerCore, normalise_offsets
 from sdk._state import ProducerState
 from sdk._transport import MEMBERS_PARAMS, MEMBERS_PATH, Invalidate, Req, error_from_body
 from sdk._types import ConsumerGroupMetadata, Offsets, Payload, TopicPartition
@@ -186,6 +186,14 @@ def fetch_topic(core: ProducerCore, topic: str) -> Steps[list[str]]:
     timeout_s = core.config.max_block_ms / 1000
     body = yield Call(Req.TOPIC, "GET", topic_path(topic), timeout_s=timeout_s)
     return core.metadata.update_topic(body)
+
+
+def refresh_leaders(core: ProducerCore, batches: Iterable[ProducerBatch]) -> Steps[None]:
+    """Look the leaders of ``batches``' topics up again, for a produce attempt that has
+    gone unanswered (``LEADER_CHECK_S``); briefly, as the attempt is still out."""
+    for topic in sorted({batch.tp.topic for batch in batches}):
+        body = yield Call(Req.TOPIC, "GET", topic_path(topic), timeout_s=2 * LEADER_CHECK_S)
+        core.metadata.update_topic(body)
 
 
 def txn_call(core: ProducerCore, req: Req, action: str, body: Body, timeout: TimeoutArg) -> Call:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from concurrent.futures import wait as wait_futures
 from typing import Any, TypeVar
 
@@ -33,7 +34,14 @@ from sdk._config import (
 )
 from sdk._errors import EosTimeoutError
 from sdk._metadata import Bootstrap
-from sdk._producer_base import Actions, Body, ProducerCore, now_ms
+from sdk._producer_base import (
+    LEADER_CHECK_S,
+    Actions,
+    Body,
+    LeaderMovedError,
+    ProducerCore,
+    now_ms,
+)
 from sdk._record_futures import RecordFuture, RecordFutures
 from sdk._state import ProducerState
 from sdk._transport import SyncTransport
@@ -60,6 +68,8 @@ class _SyncProducerBase:
         self._room = threading.Condition(lock)  # sends wait on it for buffer room
         self._futures_cond = threading.Condition()  # shared by the records' futures
         self._pool = ThreadPoolExecutor(_WORKERS, thread_name_prefix="eos-producer")
+        # produce requests, watched from the pool (``_answer_or_moved``)
+        self._io = ThreadPoolExecutor(_WORKERS, thread_name_prefix="eos-producer-io")
         self._add_future: Future[None] | None = None
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="eos-sender", daemon=True)
@@ -159,6 +169,7 @@ class _SyncProducerBase:
             self._cond.notify()
         self._thread.join(timeout=5)
         self._pool.shutdown(wait=True)
+        self._io.shutdown(wait=False, cancel_futures=True)  # a given-up attempt may linger
         self._http.close()
 
     def __enter__(self) -> Any:
@@ -266,9 +277,11 @@ class _SyncProducerBase:
                 )
             case Produce():
                 batches = step.batches
-                return self._http.send_once(
-                    "POST", step.url, json=step.body, on_wire=lambda: self._on_wire(batches)
-                )
+                send = self._io.submit(
+                    self._http.send_once, "POST", step.url, json=step.body,
+                    on_wire=lambda: self._on_wire(batches),
+                )  # fmt: skip
+                return self._answer_or_moved(send, step)
             case Flush():
                 return self.flush(step.timeout_s)
             case AwaitInFlight():
@@ -277,6 +290,26 @@ class _SyncProducerBase:
                 if add is not None:
                     wait_futures([add], timeout=step.timeout_s)
                 return self._wait(step.pending, step.timeout_s)
+
+    def _answer_or_moved(self, send: Future[Any], step: Produce) -> Any:
+        """The produce attempt's answer; while none comes, the leaders of its partitions
+        are looked up every ``LEADER_CHECK_S``, and once one is led elsewhere the attempt
+        is given up (``LeaderMovedError``: sent again to the new leader). The request
+        itself runs on an I/O thread, which a given-up attempt keeps until its own
+        timeout; its answer then goes nowhere."""
+        while True:
+            try:
+                return send.result(timeout=LEADER_CHECK_S)
+            except FutureTimeoutError:
+                pass
+            try:
+                self._drive(calls.refresh_leaders(self._core, step.batches))
+            except Exception:
+                continue  # no coordinator answers now: keep waiting for the node
+            with self._cond:
+                moved = self._core.led_elsewhere(step.url, step.batches)
+            if moved:
+                raise LeaderMovedError(f"{step.url}: the leader moved while unanswered")
 
     def _base(self, locate: Callable[[], Steps[str]] | None) -> Callable[[], str]:
         if locate is None:

@@ -33,7 +33,13 @@ from sdk._config import (
 )
 from sdk._errors import EosTimeoutError
 from sdk._metadata import Bootstrap
-from sdk._producer_base import Actions, ProducerCore, now_ms
+from sdk._producer_base import (
+    LEADER_CHECK_S,
+    Actions,
+    LeaderMovedError,
+    ProducerCore,
+    now_ms,
+)
 from sdk._record_futures import AsyncRecordFutures
 from sdk._state import ProducerState
 from sdk._transport import AsyncTransport
@@ -283,13 +289,35 @@ class _AsyncProducerBase:
                         self._core.on_wire(batch)
                     self._notify()
 
-                return await self._http.send_once("POST", step.url, json=step.body, on_wire=on_wire)
+                send = asyncio.ensure_future(
+                    self._http.send_once("POST", step.url, json=step.body, on_wire=on_wire)
+                )
+                return await self._answer_or_moved(send, step)
             case Flush():
                 return await self.flush(step.timeout_s)
             case AwaitInFlight():
                 if self._add_task is not None and not self._add_task.done():
                     await asyncio.wait([self._add_task], timeout=step.timeout_s)
                 return await self._wait(step.pending, step.timeout_s)
+
+    async def _answer_or_moved(self, send: asyncio.Future[Any], step: Produce) -> Any:
+        """The produce attempt's answer; while none comes, the leaders of its partitions
+        are looked up every ``LEADER_CHECK_S``, and once one is led elsewhere the attempt
+        is given up (``LeaderMovedError``: sent again to the new leader)."""
+        try:
+            while True:
+                done, _ = await asyncio.wait({send}, timeout=LEADER_CHECK_S)
+                if done:
+                    return send.result()
+                try:
+                    await self._drive(calls.refresh_leaders(self._core, step.batches))
+                except Exception:
+                    continue  # no coordinator answers now: keep waiting for the node
+                if self._core.led_elsewhere(step.url, step.batches):
+                    raise LeaderMovedError(f"{step.url}: the leader moved while unanswered")
+        finally:
+            if not send.done():
+                send.cancel()
 
     def _base(self, locate: Callable[[], Steps[str]] | None) -> Callable[[], Awaitable[str]]:
         if locate is None:
