@@ -65,11 +65,14 @@ class RetryConfig:
     """How requests are retried: exponential backoff between ``backoff_ms`` and
     ``backoff_max_ms`` (with jitter), ``fast_backoff_ms`` for CONCURRENT_TRANSACTIONS
     (Kafka retries it quickly because the previous transaction is about to complete).
-    One attempt at a storage node may take ``request_timeout_ms``; one at a coordinator
-    only ``coordinator_timeout_ms``, because coordinators answer from memory or after one
-    database write, and a coordinator that takes longer is most likely paused: the
-    attempt is then made again, at the instance that owns the id by then. A paused
-    transaction coordinator therefore costs a client at most its lease time plus this.
+    A produce attempt may take ``request_timeout_ms`` (it waits for the in-sync
+    replicas), but is given up sooner once its partitions are led elsewhere. Everything
+    answered at once may take only ``coordinator_timeout_ms``: a coordinator's calls
+    (answered from memory or after one database write), a node's offsets calls, and a
+    fetch beyond its long poll. One that takes longer is most likely at a paused or cut-off
+    process: the attempt is made again, at whichever instance or leader serves it by then.
+    A paused transaction coordinator therefore costs a client at most its lease time plus
+    this.
 
     Example::
 

@@ -314,9 +314,11 @@ class ConsumerCore:
         }  # fmt: skip
 
     def attempt_s(self, wait_ms: int) -> float:
-        """How long one request for records may take: a node's answer time, plus its
-        long poll."""
-        return self.config.retry.request_timeout_ms / 1000 + wait_ms / 1000
+        """How long one request for records may take: its long poll, plus the time a node
+        takes to answer from memory (``coordinator_timeout_ms``). A leader that stays
+        silent past that is paused or cut off: the fetch fails, the leaders are looked
+        up again, and the next one goes to whichever leader the cluster elected."""
+        return self.config.retry.coordinator_timeout_ms / 1000 + wait_ms / 1000
 
     def wanted(
         self, tp: TopicPartition, now: float, *, started: int, last: int | None, pending: bool

@@ -102,8 +102,9 @@ class RetryPolicy:
     outcome (connection lost, timeout, a bare 502/503/504) may be retried. ``retriable``:
     the error codes worth another attempt. ``refind``: codes after which the target is
     looked up again. ``in_place``: the transport retries it; if false the caller does.
-    ``coordinator``: a coordinator answers it quickly, so one attempt may take only
-    ``coordinator_timeout_ms`` (otherwise ``request_timeout_ms``).
+    ``coordinator``: it is answered at once (by a coordinator, or a node's offsets
+    calls), so one attempt may take only ``coordinator_timeout_ms`` (otherwise
+    ``request_timeout_ms``).
     """
 
     idempotent: bool
@@ -131,9 +132,14 @@ _NODE_REFIND = _METADATA_STALE | {"NOT_COORDINATOR"}
 _NODE_RETRIABLE = _ALL_RETRIABLE | _METADATA_STALE | _REPLICATION
 
 
-def _node(refind: frozenset[str] = _NODE_REFIND) -> RetryPolicy:
-    """A request to a storage node (attempts may take the full request timeout)."""
-    return RetryPolicy(idempotent=True, retriable=_NODE_RETRIABLE, refind=refind, coordinator=False)
+def _node(refind: frozenset[str] = _NODE_REFIND, *, quick: bool = False) -> RetryPolicy:
+    """A request to a storage node: attempts may take the full request timeout, or only
+    ``coordinator_timeout_ms`` when ``quick`` (a node answers offsets calls at once; one
+    left unanswered that long is at a paused or cut-off leader, and is better sent again
+    to whichever leader the cluster has by then than waited for)."""
+    return RetryPolicy(
+        idempotent=True, retriable=_NODE_RETRIABLE, refind=refind, coordinator=quick
+    )
 
 
 #: The one place where the retry rule of each request lives.
@@ -169,10 +175,10 @@ POLICIES: dict[Req, RetryPolicy] = {
         coordinator=False,
     ),
     Req.FETCH: _node(),
-    Req.LIST_OFFSETS: _node(),
-    Req.OFFSET_COMMIT: _node(),
-    Req.TXN_OFFSET_COMMIT: _node(_NODE_REFIND | _ROUTING),
-    Req.OFFSET_FETCH: _node(),
+    Req.LIST_OFFSETS: _node(quick=True),
+    Req.OFFSET_COMMIT: _node(quick=True),
+    Req.TXN_OFFSET_COMMIT: _node(_NODE_REFIND | _ROUTING, quick=True),
+    Req.OFFSET_FETCH: _node(quick=True),
     # A repeated heartbeat reports the same epoch and partitions; a repeated join names
     # the same client-made member id.
     Req.GROUP_HEARTBEAT: RetryPolicy(idempotent=True),
