@@ -33,7 +33,7 @@ from coordinator_service.api import (
     transactions,
 )
 from coordinator_service.api import groups as groups_api
-from coordinator_service.clock import Clock, SystemClock
+from coordinator_service.clock import Clock, DatabaseClock, SystemClock
 from coordinator_service.cluster.instances import InstanceRegistry
 from coordinator_service.cluster.leases import LeaseManager
 from coordinator_service.cluster.node_link import node_link
@@ -43,7 +43,13 @@ from coordinator_service.controller.partition_state import StoredPartition
 from coordinator_service.controller.replication import Replication
 from coordinator_service.controller.state_push import StatePusher
 from coordinator_service.controller.topic_config import TopicRetention
-from coordinator_service.db.engine import UNAVAILABLE, Database, make_engine, upgrade
+from coordinator_service.db.engine import (
+    UNAVAILABLE,
+    Database,
+    is_sqlite,
+    make_engine,
+    upgrade,
+)
 from coordinator_service.groups.coordinator import GroupCoordinator
 from coordinator_service.groups.fencing import GroupFence
 from coordinator_service.groups.lag_sampler import LagSampler
@@ -110,8 +116,11 @@ def create_app(
     """Build the app. ``background=False`` leaves the periodic loops off (tests call
     ``services.expiry.run_once()``, ``services.leases.run_round()`` and
     ``services.controller.run_once()`` themselves)."""
-    txn_clock = clock or SystemClock()
-    leases_clock = lease_clock or SystemClock()
+    shared_clock = None  # several instances on PostgreSQL: the database's clock (clock.py)
+    if clock is None and lease_clock is None and not is_sqlite(settings.effective_database_url):
+        shared_clock = DatabaseClock()
+    txn_clock = clock or shared_clock or SystemClock()
+    leases_clock = lease_clock or shared_clock or SystemClock()
     access = AccessControl(settings.token_registry(), Authorizer(settings.super_user_list))
     access_control.ensure_internal_token_distinct(access.tokens, settings.internal_token)
 
@@ -127,6 +136,8 @@ def create_app(
             if settings.migrate_on_start:
                 await anyio.to_thread.run_sync(upgrade, engine)
             db = Database(engine, threads=settings.db_pool_size)
+            if shared_clock is not None:
+                await db.run(shared_clock.sync)
             nodes = settings.node_urls
             cluster_id, node_id = await db.run(
                 bootstrap, sorted(nodes), settings.group_offset_partitions, settings.instance_id,

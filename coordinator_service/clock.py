@@ -1,7 +1,12 @@
 """Clocks in milliseconds, injected so timeouts and expiry can be tested without sleeping.
 
-The coordinator reads time only through a ``Clock``. Production uses ``SystemClock``; tests
-hand a ``FakeClock`` to ``create_app`` and move it forward by hand.
+The coordinator reads time only through a ``Clock``. Several instances sharing PostgreSQL
+use ``DatabaseClock``: lease expiries, instance heartbeats and transaction deadlines are
+written by one instance and judged by another, so they must be on one timeline, and a
+machine whose wall clock runs minutes ahead would otherwise see every other instance's
+lease as run out (and take it), or keep its own for minutes after it stopped renewing.
+One instance on SQLite uses ``SystemClock``; tests hand a ``FakeClock`` to ``create_app``
+and move it forward by hand.
 """
 
 from __future__ import annotations
@@ -9,6 +14,12 @@ from __future__ import annotations
 import threading
 import time
 from typing import Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+#: The database's clock in milliseconds since the epoch (PostgreSQL).
+_DATABASE_NOW = sa.text("SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)")
 
 
 class Clock(Protocol):
@@ -22,6 +33,37 @@ class SystemClock:
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
+
+
+class DatabaseClock:
+    """The database server's clock, carried forward between readings by this machine's
+    monotonic clock (which no wall-clock step or skew moves).
+
+    ``sync`` reads the server's time and pins it to the local monotonic instant halfway
+    through the round trip, so instances agree within half a round trip whatever their
+    own wall clocks say. It is called once before anything reads the clock, then every
+    lease round; until the first reading ``now_ms`` is the local wall clock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._base_ms: int | None = None
+        self._base_monotonic = 0.0
+
+    def now_ms(self) -> int:
+        with self._lock:
+            if self._base_ms is None:
+                return time.time_ns() // 1_000_000
+            return self._base_ms + int((time.monotonic() - self._base_monotonic) * 1000)
+
+    def sync(self, conn: Connection) -> int:
+        """Read the database's clock (on a connection of ``Database.run``); its time."""
+        sent = time.monotonic()
+        server_ms = int(conn.execute(_DATABASE_NOW).scalar_one())
+        received = time.monotonic()
+        with self._lock:
+            self._base_ms = server_ms
+            self._base_monotonic = (sent + received) / 2
+        return server_ms
 
 
 class FakeClock:

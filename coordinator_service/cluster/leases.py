@@ -22,10 +22,14 @@ state is dropped from memory, and only then is the lease released; the taker loa
 from the database and resumes whatever markers are still due. Writes stay fenced in SQL
 throughout, so a step that runs late can change nothing.
 
-The manager also remembers, by its own lease clock, until when each lease is certainly
-still this instance's (``live_token``): the expiry it last wrote, less a safety margin for
-clock skew between instances. Reads served from memory instead of the database (KIP-890's
-verification) rely on that; writes never do, they are fenced in SQL.
+Expiries are on the database's clock (``clock.DatabaseClock``, read again every round),
+never an instance's own wall clock: a machine whose clock runs minutes ahead would take
+every lease at once, one minutes behind would keep its own that long after it stopped.
+The manager also remembers until when each lease is certainly still this instance's
+(``live_token``): the expiry it last wrote, less a safety margin for the half round trip
+by which the instances' readings of that clock may differ. Reads served from memory
+instead of the database (KIP-890's verification) rely on that; writes never do, they are
+fenced in SQL.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from coordinator_service.clock import Clock
+from coordinator_service.clock import Clock, DatabaseClock
 from coordinator_service.cluster.lease_balance import LeasePicture, LeaseRow, RoundPlan, plan_round
 from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import coordinator_instances, leases
@@ -362,6 +366,8 @@ class LeaseManager:
         """Renew what we own, drop what we lost, hand over what is above our share, take
         free partitions up to it and load them."""
         async with self._round_lock:
+            if isinstance(self._clock, DatabaseClock):  # read again: one timeline for all
+                await self._db.run(self._clock.sync)
             now = self._clock.now_ms()
             renewing = dict(self.owned)
             lost = await self._db.run(self._renew, renewing, now)
