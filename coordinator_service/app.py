@@ -137,7 +137,7 @@ def create_app(
                 await anyio.to_thread.run_sync(upgrade, engine)
             db = Database(engine, threads=settings.db_pool_size)
             if shared_clock is not None:
-                await db.run(shared_clock.sync)
+                await db.run(shared_clock.sync, 5)
             nodes = settings.node_urls
             cluster_id, node_id = await db.run(
                 bootstrap, sorted(nodes), settings.group_offset_partitions, settings.instance_id,

@@ -41,13 +41,21 @@ class DatabaseClock:
 
     ``sync`` reads the server's time and pins it to the local monotonic instant halfway
     through the round trip, so instances agree within half a round trip whatever their
-    own wall clocks say. It is called once before anything reads the clock, then every
-    lease round; until the first reading ``now_ms`` is the local wall clock."""
+    own wall clocks say. A reading is only as good as its round trip is short: a query
+    held up on its way to the server (a network partition, a retransmission after one)
+    is answered with the time it arrived, and pinned halfway would set the clock ahead
+    by half the delay, enough to take other instances' leases early. So a reading whose
+    round trip took longer than ``max_round_trip_s`` is not used while an earlier one
+    stands (the monotonic clock carries that one forward exactly), and the first one is
+    the best of a few. It is called before anything reads the clock, then every lease
+    round; until the first reading ``now_ms`` is the local wall clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_round_trip_s: float = 0.5) -> None:
         self._lock = threading.Lock()
         self._base_ms: int | None = None
         self._base_monotonic = 0.0
+        self._base_round_trip_s = float("inf")
+        self.max_round_trip_s = max_round_trip_s
 
     def now_ms(self) -> int:
         with self._lock:
@@ -55,15 +63,26 @@ class DatabaseClock:
                 return time.time_ns() // 1_000_000
             return self._base_ms + int((time.monotonic() - self._base_monotonic) * 1000)
 
-    def sync(self, conn: Connection) -> int:
-        """Read the database's clock (on a connection of ``Database.run``); its time."""
-        sent = time.monotonic()
-        server_ms = int(conn.execute(_DATABASE_NOW).scalar_one())
-        received = time.monotonic()
-        with self._lock:
-            self._base_ms = server_ms
-            self._base_monotonic = (sent + received) / 2
-        return server_ms
+    def sync(self, conn: Connection, attempts: int = 1) -> bool:
+        """Read the database's clock (on a connection of ``Database.run``), up to
+        ``attempts`` times while the round trips are too slow; whether a reading was
+        taken. The first reading takes the quickest of its attempts whatever it took."""
+        for _ in range(attempts):
+            sent = time.monotonic()
+            server_ms = int(conn.execute(_DATABASE_NOW).scalar_one())
+            received = time.monotonic()
+            round_trip = received - sent
+            with self._lock:
+                first = self._base_ms is None or self._base_round_trip_s > self.max_round_trip_s
+                if round_trip <= self.max_round_trip_s or (
+                    first and round_trip < self._base_round_trip_s
+                ):
+                    self._base_ms = server_ms
+                    self._base_monotonic = (sent + received) / 2
+                    self._base_round_trip_s = round_trip
+                if round_trip <= self.max_round_trip_s:
+                    return True
+        return False
 
 
 class FakeClock:

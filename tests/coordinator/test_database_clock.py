@@ -9,6 +9,7 @@ minutes by nobody."""
 from __future__ import annotations
 
 import time
+from typing import Any, cast
 
 import pytest
 import sqlalchemy as sa
@@ -42,4 +43,33 @@ def test_a_skewed_wall_clock_reads_the_database_time(
         finally:
             engine.dispose()
     # after the reading: the server's time, carried forward by the monotonic clock
+    assert abs(drift) < 200, f"{drift} ms from the database's clock"
+
+
+class _HeldUp:
+    """A connection whose queries reach the server ``delay_s`` late, as after a network
+    partition: the server reads its clock on arrival."""
+
+    def __init__(self, conn: sa.Connection, delay_s: float) -> None:
+        self._conn = conn
+        self._delay_s = delay_s
+
+    def execute(self, query: sa.TextClause) -> sa.CursorResult[Any]:
+        time.sleep(self._delay_s)
+        return self._conn.execute(query)
+
+
+def test_a_reading_held_up_on_its_way_is_not_used() -> None:
+    clock = DatabaseClock(max_round_trip_s=0.2)
+    with temp_database() as url:
+        engine = sa.create_engine(url)
+        try:
+            with engine.connect() as conn:
+                assert clock.sync(conn)
+                # pinned halfway through a 1.2 s round trip, the reading would put the
+                # clock 0.6 s ahead of the server's
+                assert not clock.sync(cast(sa.Connection, _HeldUp(conn, 1.2)))
+                drift = clock.now_ms() - _server_ms(conn)
+        finally:
+            engine.dispose()
     assert abs(drift) < 200, f"{drift} ms from the database's clock"
