@@ -434,6 +434,9 @@ class LeaseManager:
                 await self.run_round()
             except Exception:  # the database may be away for a while: try again next round
                 log.exception("lease round failed")
+                # the soonest foreign expiry read before is no reason to try again at once:
+                # with the database away it only made the next rounds fail in a tight loop
+                self._foreign_expiry = None
 
     async def release_all(self) -> None:
         """Release every transaction-log lease this instance holds (a clean stop).
