@@ -139,6 +139,12 @@ async def append_batch(
     is added to the transaction there first — which also names its transactional id: the
     caller must hold write on it, as Kafka checks on a transactional produce."""
     acks_all = body.acks == -1
+    # Leadership first, before the coordinator is asked: a leader cut off from the
+    # coordinators stops leading after its session timeout, and its producers must hear
+    # NOT_LEADER_OR_FOLLOWER, which makes them look the new leader up, not the
+    # COORDINATOR_NOT_AVAILABLE of a verification it cannot make, which they would retry
+    # here until the cut heals. Checked again at the append (``_verified_append``).
+    target.role.require_leader(acks_all=acks_all)
     verify = False
     if body.transactional:  # validate_rows saw to the producer fields
         assert body.producer_id is not None and body.producer_epoch is not None
@@ -146,7 +152,6 @@ async def append_batch(
     if verify:
         result = await _verified_append(node, target, body, rows, caller, acks_all=acks_all)
     else:
-        target.role.require_leader(acks_all=acks_all)
         result = target.append(body, rows)
     await target.wait_durable(result, acks_all=acks_all)
     if result.duplicate:
