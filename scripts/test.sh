@@ -71,6 +71,14 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 
+# The Jepsen-style run (tests/jepsen) skews a coordinator's clock with Debian's libfaketime.
+if ! compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null && [ "$(id -u)" -eq 0 ]; then
+  echo "== apt-get install faketime (tests/jepsen: skewed coordinator clocks)"
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -q faketime >/dev/null; then
+    apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q faketime >/dev/null
+  fi
+fi
+
 # PostgreSQL: the coordinator tests need it on 127.0.0.1:5432.
 if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q; then
   if command -v pg_ctlcluster >/dev/null 2>&1; then

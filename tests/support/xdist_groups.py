@@ -60,7 +60,12 @@ CHAOS_LANES = ("chaos", "chaos-2")
 HEAVY_LANE = "heavy"
 #: The lanes that take longest, longest first (beside the rest of the suite: about 5, 6,
 #: 5, 5, 5 and 1 minutes): handed out before everything else.
-FIRST_LANES = (HEAVY_LANE, "spark-streaming", *CHAOS_LANES, "spark", "retention-soak")
+#: The Jepsen-style runs on namespaced hosts (``tests/jepsen``): the short run with every
+#: fault kind, and the planted bugs.
+JEPSEN_LANES = ("jepsen", "jepsen-planted")
+FIRST_LANES = (
+    HEAVY_LANE, "spark-streaming", *JEPSEN_LANES, *CHAOS_LANES, "spark", "retention-soak"
+)
 
 
 def group_of(item: pytest.Item) -> str | None:
