@@ -60,8 +60,7 @@ class Cluster:
     async def answer_async(self, request: httpx.Request) -> httpx.Response:
         if f"http://{request.url.host}" == OLD:
             self.held.set()
-            while not self.release.is_set():
-                await asyncio.sleep(0.05)
+            await asyncio.to_thread(self.release.wait, 30)
         return self.answer(request)
 
 
