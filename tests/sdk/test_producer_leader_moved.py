@@ -87,7 +87,10 @@ def test_the_async_producer_gives_the_silent_leader_up_too() -> None:
         transport = httpx.MockTransport(cluster.answer_async)
         async with AsyncProducer(URL, retry=RETRY, transport=transport, linger_ms=0) as producer:
             future = await producer.send("t", "v", partition=0)
-            metadata = await asyncio.wait_for(future, timeout=20)
+            try:
+                metadata = await asyncio.wait_for(future, timeout=20)
+            finally:
+                cluster.release.set()  # before the loop waits for its threads at the end
             return metadata.offset
 
     try:
