@@ -133,6 +133,7 @@ class ProducerCore:
         self.init_in_flight = False
         #: Nodes sent one batch per request until then (``single_batches_to``).
         self._single_until: dict[str, float] = {}
+        self._leaders_checked: dict[str, float] = {}  # topic -> when last looked up
         #: The transaction version init asks for: the configured one, or the highest the
         #: cluster speaks too, decided at init (``sdk._versions``).
         self.init_version = config.transaction_version or TRANSACTION_VERSION_1
@@ -378,6 +379,15 @@ class ProducerCore:
                 size += batch.size
             requests.append((url, chunk) if len(chunk) > 1 else (None, chunk))
         return requests
+
+    def leaders_check_due(self, topic: str) -> bool:
+        """Whether ``topic``'s leaders may be looked up again for a silent attempt (not
+        within the last half of ``LEADER_CHECK_S``); if so, the lookup counts from now."""
+        now = time.monotonic()
+        if now - self._leaders_checked.get(topic, float("-inf")) < LEADER_CHECK_S / 2:
+            return False
+        self._leaders_checked[topic] = now
+        return True
 
     def led_elsewhere(self, url: str, batches: Iterable[ProducerBatch]) -> bool:
         """Whether a partition of ``batches``, sent to ``url``, has another leader now

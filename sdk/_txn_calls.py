@@ -190,8 +190,12 @@ def fetch_topic(core: ProducerCore, topic: str) -> Steps[list[str]]:
 
 def refresh_leaders(core: ProducerCore, batches: Iterable[ProducerBatch]) -> Steps[None]:
     """Look the leaders of ``batches``' topics up again, for a produce attempt that has
-    gone unanswered (``LEADER_CHECK_S``); briefly, as the attempt is still out."""
+    gone unanswered (``LEADER_CHECK_S``); briefly, as the attempt is still out. A topic
+    looked up within the last half of that is not asked again: every attempt at a silent
+    node watches, and a hundred of them must not make a hundred lookups a second."""
     for topic in sorted({batch.tp.topic for batch in batches}):
+        if not core.leaders_check_due(topic):
+            continue
         body = yield Call(Req.TOPIC, "GET", topic_path(topic), timeout_s=2 * LEADER_CHECK_S)
         core.metadata.update_topic(body)
 
