@@ -1,10 +1,11 @@
 """The coordinators a storage node asks, with failover: no single one is needed.
 
-A node asks coordinators two things: KIP-890's verification of a transactional batch and
-the ACL snapshot. Any instance answers both from the shared database, so the node needs
-*an* instance, never a particular one. It is configured with a list
-(``--coordinator-url http://c1:8080,http://c2:8080``), learns the live instances from
-``GET /internal/v1/coordinators`` every refresh, and asks them in order of preference:
+A node asks coordinators KIP-890's verification of a transactional batch and the ACL
+snapshot, and tells them its heartbeats and ISR changes. Any instance answers all of these
+from the shared database, so the node needs *an* instance, never a particular one. It is
+configured with a list (``--coordinator-url http://c1:8080,http://c2:8080``), learns the
+live instances from ``GET /internal/v1/coordinators`` every refresh, and asks them in
+order of preference:
 
 * the instance that answered last comes first (its connections are warm);
 * an instance that did not answer — refused connection, reset, or no answer within
@@ -13,7 +14,8 @@ the ACL snapshot. Any instance answers both from the shared database, so the nod
 * when every instance is set aside the node still tries them all, soonest-back first,
   rather than refusing without asking;
 * a request the preferred instance has not answered within ``hedge_s`` is also sent to
-  the next one, and the first answer wins (both are reads, so asking twice is harmless).
+  the next one, and the first answer wins (reads, and writes that are harmless twice: a
+  beat, an ISR change its partition epoch refuses the second time).
   A paused instance therefore costs a request ``hedge_s`` rather than ``timeout_s``,
   while a healthy one, answering in a millisecond or two, is never asked twice.
 
@@ -38,7 +40,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import httpx
 import orjson
@@ -158,6 +160,28 @@ class CoordinatorPool:
 
         Raises COORDINATOR_NOT_AVAILABLE when none did, naming what each one did.
         """
+        return await self._hedged(path, self._send)
+
+    async def post(self, path: str, body: object) -> Answer:
+        """POST a JSON ``body`` to the first coordinator that answers, hedged as ``get``
+        is. Heartbeats and ISR changes are cheap to repeat, and a coordinator that cannot
+        reach its database holds a write until the node's own timeout: sent to it alone,
+        a heartbeat came after the controller's session timeout and the node was taken
+        for dead (seen in the Jepsen-style runs, fault ``pg-cut``). A repeated ISR change
+        is refused by its partition epoch, and the next proposal round settles it."""
+        content = orjson.dumps(body)
+
+        async def send(url: str) -> Answer:
+            response = await self._client.post(
+                url, content=content, headers={"content-type": "application/json"}
+            )
+            return response.status_code, response.content
+
+        return await self._hedged(path, send)
+
+    async def _hedged(self, path: str, send: Callable[[str], Awaitable[Answer]]) -> Answer:
+        """``send`` to the candidates in order, the next one as well whenever those asked
+        have not answered within the hedge delay; the first usable answer wins."""
         if not self.configured and not self._learned:
             raise CoordinatorNotAvailableError(
                 "this node has no coordinator URL (--coordinator-url)"
@@ -172,7 +196,7 @@ class CoordinatorPool:
             nonlocal next_index
             base = order[next_index]
             next_index += 1
-            asked[asyncio.ensure_future(self._send(base + path))] = base
+            asked[asyncio.ensure_future(send(base + path))] = base
 
         ask()
         try:
@@ -195,24 +219,6 @@ class CoordinatorPool:
         finally:
             for task in asked:
                 task.cancel()
-        raise CoordinatorNotAvailableError("no coordinator answered: " + "; ".join(failures))
-
-    async def post(self, path: str, body: object) -> Answer:
-        """POST a JSON ``body`` to the first coordinator that answers, one at a time (a
-        write is not hedged: heartbeats and ISR changes are cheap to repeat, but there is
-        no reason to send them twice)."""
-        failures: list[str] = []
-        content = orjson.dumps(body)
-        for base in self.candidates():
-            try:
-                response = await self._client.post(
-                    base + path, content=content, headers={"content-type": "application/json"}
-                )
-            except httpx.HTTPError as exc:
-                self._failed(base, f"{exc or type(exc).__name__}", failures)
-                continue
-            if self._usable(base, response.status_code, failures):
-                return response.status_code, response.content
         raise CoordinatorNotAvailableError("no coordinator answered: " + "; ".join(failures))
 
     async def post_to_owner(

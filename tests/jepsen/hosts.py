@@ -382,7 +382,7 @@ class HostCluster:
         self.net.heal()
         for name, service in self.services.items():
             if service.alive():
-                service.resume()
+                self.resume(name)
             elif name == "pg":
                 self._restart_pg(wait=False)
             else:
@@ -398,15 +398,30 @@ class HostCluster:
                 service.wait_ready(max(deadline - time.monotonic(), 1.0))
 
     def kill(self, name: str) -> None:
-        """SIGKILL service ``name`` and reap it."""
+        """SIGKILL service ``name`` and reap it; for ``pg`` every process of its host (a
+        backend would serve its connection on for a while after its postmaster died)."""
+        if name == "pg":
+            self._signal_host("pg", signal.SIGKILL)
         self.services[name].kill()
 
     def pause(self, name: str) -> None:
-        """SIGSTOP service ``name`` (for ``pg``: the postmaster, not its backends)."""
-        self.services[name].pause()
+        """SIGSTOP service ``name``; for ``pg`` every process of its host, as a frozen
+        machine (the postmaster alone stopped, its backends would go on serving)."""
+        if name == "pg":
+            self._signal_host("pg", signal.SIGSTOP)
+        else:
+            self.services[name].pause()
 
     def resume(self, name: str) -> None:
-        self.services[name].resume()
+        if name == "pg":
+            self._signal_host("pg", signal.SIGCONT)
+        else:
+            self.services[name].resume()
+
+    def _signal_host(self, name: str, sig: signal.Signals) -> None:
+        for pid in namespace_pids(self.net.namespace_of(name)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def restart(self, name: str, clock_offset_s: float = 0.0) -> None:
         """SIGKILL service ``name`` if it runs, start it again on its address and data
