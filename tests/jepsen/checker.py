@@ -345,6 +345,9 @@ class _Checker:
         """The group's committed offsets against the final read and the copy transactions
         visible in it."""
         r, writer = self.report, self.writer
+        if final.offsets_error is not None:
+            r.add(COMMITTED_OFFSET, "the group's committed offsets never became stable "
+                  f"(a transaction's offsets left pending): {final.offsets_error}", ())  # fmt: skip
         copied: set[str] = set()  # input values with a visible copy
         visible_copies: set[str] = set()
         for _, _, _, value in final.records:

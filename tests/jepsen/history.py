@@ -96,6 +96,9 @@ class Final:
     records: list[Record] = field(default_factory=list)
     committed_offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> off
     end_offsets: dict[str, int] = field(default_factory=dict)  # "topic/partition" -> LSO
+    # why the committed offsets could not be read stably (a transaction's offsets never
+    # decided), else None
+    offsets_error: str | None = None
     type: str = "final"
 
 

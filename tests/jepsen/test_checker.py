@@ -421,6 +421,7 @@ def test_bug_one_marker_leaves_a_transaction_partly_visible() -> None:
         ("past-end", "past its end"),
         ("behind-copied", "has a visible copy but"),
         ("not-one-past", "its last input there was"),
+        ("never-stable", "never became stable"),
     ],
 )
 def test_committed_offset(how: str, says: str) -> None:
@@ -435,6 +436,9 @@ def test_committed_offset(how: str, says: str) -> None:
         final.committed_offsets[key] = final.end_offsets[key] + 5
     elif how == "behind-copied":
         final.committed_offsets[key] = 1
+    elif how == "never-stable":
+        final.committed_offsets.clear()
+        final.offsets_error = "EosTimeoutError: UNSTABLE_OFFSET_COMMIT until the deadline"
     else:
         (where,) = copier.offsets
         copier.offsets[where] += 3
