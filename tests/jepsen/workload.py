@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -186,6 +187,24 @@ def producer_loop(recorder: Recorder, now: Clock, stopping: Callable[[], bool]) 
             _close(producer)
 
 
+def _decide(
+    producer: TransactionalProducer, txn: Txn, futures: list[tuple[str, Any]], now: Clock
+) -> None:
+    """The end of a transaction: every send acknowledged (its offset recorded), then the
+    commit, or the abort it was meant for; ``commit_at`` marks the request going out."""
+    producer.flush(timeout=30.0)
+    for value, future in futures:
+        txn.acked[value] = future.result(timeout=0).offset
+    txn.commit_at = now()
+    if txn.intent is Intent.ABORT:
+        producer.abort_transaction(timeout=30.0)
+        txn.outcome = Outcome.ABORTED
+    else:
+        producer.commit_transaction(timeout=30.0)
+        txn.outcome = Outcome.OK
+    txn.end = now()
+
+
 def _produce(producer: TransactionalProducer, txn: Txn, rng: random.Random, now: Clock) -> None:
     partitions = rng.sample(range(PARTITIONS), k=rng.randint(2, 3))
     try:
@@ -195,17 +214,7 @@ def _produce(producer: TransactionalProducer, txn: Txn, rng: random.Random, now:
             value = f"{txn.txn}.{index}"
             txn.writes.append((DATA_TOPIC, partition, value))
             futures.append((value, producer.send(DATA_TOPIC, value, partition=partition)))
-        producer.flush(timeout=30.0)
-        for value, future in futures:
-            txn.acked[value] = future.result(timeout=0).offset
-        txn.commit_at = now()
-        if txn.intent is Intent.ABORT:
-            producer.abort_transaction(timeout=30.0)
-            txn.outcome = Outcome.ABORTED
-        else:
-            producer.commit_transaction(timeout=30.0)
-            txn.outcome = Outcome.OK
-        txn.end = now()
+        _decide(producer, txn, futures, now)
     except Exception as exc:
         _settle(txn, producer, exc, now)
 
@@ -261,17 +270,7 @@ def _copy(producer: TransactionalProducer, consumer: Consumer, txn: Txn, now: Cl
             next_offsets[TopicPartition(topic, partition)] = offset + 1
         txn.offsets = {tp(t.topic, t.partition): o for t, o in next_offsets.items()}
         producer.send_offsets_to_transaction(next_offsets, consumer.group_metadata())
-        producer.flush(timeout=30.0)
-        for value, future in futures:
-            txn.acked[value] = future.result(timeout=0).offset
-        txn.commit_at = now()
-        if txn.intent is Intent.ABORT:
-            producer.abort_transaction(timeout=30.0)
-            txn.outcome = Outcome.ABORTED
-        else:
-            producer.commit_transaction(timeout=30.0)
-            txn.outcome = Outcome.OK
-        txn.end = now()
+        _decide(producer, txn, futures, now)
     except Exception as exc:
         _settle(txn, producer, exc, now)
 
