@@ -50,6 +50,10 @@ class RunPlan:
     warmup_s: float = 8.0  # workload alone before the first fault
     spec: HostSpec = field(default_factory=HostSpec)
     final_wait_s: float = 120.0  # for every transaction to be decided before the final read
+    #: each producer's pause between transactions: the pace of the whole workload (the
+    #: copiers copy what the producers write). Long runs press hard; the suite's run paces
+    #: itself, because it shares two cores with the rest of the suite.
+    pause_s: float = 0.05
 
     @property
     def minutes(self) -> float:
@@ -93,10 +97,10 @@ def _create_topics(cluster: HostCluster) -> None:
 
 
 def _workload_argv(cluster: HostCluster, name: str, role: str, folder: Path, t0: float,
-                   seed: int) -> list[str]:  # fmt: skip
+                   plan: RunPlan) -> list[str]:  # fmt: skip
     return [sys.executable, "-m", "tests.jepsen.workload", role, "--name", name,
             "--bootstrap", cluster.bootstrap, "--folder", str(folder), "--t0", f"{t0:.6f}",
-            "--seed", str(seed)]  # fmt: skip
+            "--seed", str(plan.seed), "--pause-s", str(plan.pause_s)]  # fmt: skip
 
 
 def run(folder: Path, plan: RunPlan, log: bool = False) -> Outcome:
@@ -114,7 +118,7 @@ def run(folder: Path, plan: RunPlan, log: bool = False) -> Outcome:
         t0 = time.monotonic()
         for name, role, host in WORKERS:
             argv = cluster.client_argv(host, _workload_argv(cluster, name, role, history, t0,
-                                                            plan.seed))  # fmt: skip
+                                                            plan))  # fmt: skip
             with (folder / f"{name}.log").open("ab") as out:
                 workers.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
         time.sleep(plan.warmup_s)
@@ -132,7 +136,7 @@ def run(folder: Path, plan: RunPlan, log: bool = False) -> Outcome:
         (history / "stop").touch()
         _reap(workers, timeout=90)
         say("final read")
-        reads = _workload_argv(cluster, "final", "final", history, t0, plan.seed)
+        reads = _workload_argv(cluster, "final", "final", history, t0, plan)
         final = subprocess.run(
             cluster.client_argv("cl1", [*reads, "--deadline-s", str(plan.final_wait_s)]),
             capture_output=True, text=True, timeout=600,

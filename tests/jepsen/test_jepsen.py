@@ -24,6 +24,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: The seed of the CI run (the schedule's order and every target it picks).
 SEED = 20261128
+#: Each producer's pause between transactions here. At full pace (``scripts/jepsen.sh``'s
+#: 0.05 s) the run takes one and a half cores for itself, as much as the rest of the suite
+#: beside it leaves; a quarter of the pace is still hundreds of transactions under the faults.
+PACE_S = 0.25
 
 
 def _committed(events: Sequence[object], kind: str) -> int:
@@ -39,7 +43,7 @@ def _explain(report: Report, summary: Path) -> str:
 
 @pytest.mark.xdist_group(JEPSEN_LANES[0])
 def test_no_anomaly_under_any_fault(tmp_path: Path) -> None:
-    plan = RunPlan(SEED, list(KINDS), hold_s=6.0, quiet_s=5.0, warmup_s=6.0)
+    plan = RunPlan(SEED, list(KINDS), hold_s=6.0, quiet_s=5.0, warmup_s=6.0, pause_s=PACE_S)
     outcome = run(tmp_path / "run", plan)
     injected = {e.kind for e in outcome.events if isinstance(e, Fault)}
     assert injected == set(KINDS), f"faults that did not happen: {set(KINDS) - injected}"
@@ -69,7 +73,7 @@ def test_the_checker_catches_a_planted(
     else:
         spec = HostSpec(coordinator_module="tests.jepsen.planted", coordinator_flags=flags)
     plan = RunPlan(SEED, faults, hold_s=8.0, quiet_s=4.0, warmup_s=10.0, spec=spec,
-                   final_wait_s=15.0)  # fmt: skip
+                   final_wait_s=15.0, pause_s=PACE_S)  # fmt: skip
     outcome = run(tmp_path / "run", plan)
     found = {anomaly.kind for anomaly in outcome.report.anomalies}
     assert found & expected, f"{bug}: expected one of {expected}, found {found or 'nothing'}"

@@ -15,6 +15,9 @@
 * **final** waits until no partition holds an undecided transaction, then reads every
   partition whole and the copiers' committed offsets.
 
+``--pause-s`` paces them all: a producer and a copier pause that long after each
+transaction, a reader after each poll that found records.
+
 Each process records what it did (``history.py``) and stops when the run's stop file
 appears. A client outlives every fault: an error it cannot classify makes it record the
 transaction as in doubt (``info``) or failed and start a new producer with the same
@@ -250,6 +253,7 @@ def copier_loop(recorder: Recorder, now: Clock, stopping: Callable[[], bool]) ->
                     recorder.record(txn)
                 if txn.outcome is not Outcome.OK:
                     _rewind(consumer, txn)
+                time.sleep(ARGS.pause_s)
         except Restart:
             pass
         finally:
@@ -292,7 +296,7 @@ def _all_partitions() -> list[TopicPartition]:
 
 
 def _reader(positions: dict[TopicPartition, int]) -> Consumer:
-    consumer = Consumer(ARGS.bootstrap, None, max_poll_records=2000, fetch_max_wait_ms=200,
+    consumer = Consumer(ARGS.bootstrap, None, max_poll_records=2000, fetch_max_wait_ms=500,
                         retry=RETRY, transport=Traced(CLOCK))  # fmt: skip
     consumer.assign(list(positions))
     for part, offset in positions.items():
@@ -322,6 +326,7 @@ def reader_loop(recorder: Recorder, now: Clock, stopping: Callable[[], bool]) ->
                 recorder.record(Poll(ARGS.name, started, now(), records=rows))
                 for r in records:
                     positions[TopicPartition(r.topic, r.partition)] = r.offset + 1
+                time.sleep(ARGS.pause_s)
     finally:
         with contextlib.suppress(Exception):
             consumer.close()
@@ -393,7 +398,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--folder", required=True, type=Path)
     parser.add_argument("--t0", required=True, type=float, help="the run's monotonic start")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--pause-s", type=float, default=0.05, help="between transactions")
+    parser.add_argument("--pause-s", type=float, default=0.05,
+                        help="between transactions, and a reader's polls that found records")
     parser.add_argument("--deadline-s", type=float, default=120.0, help="final: how long")
     return parser.parse_args(argv)
 
