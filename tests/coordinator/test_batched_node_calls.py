@@ -200,7 +200,9 @@ def test_a_node_busy_for_a_batch_is_away_and_one_refusing_the_batch_is_asked_sin
     batches = fake_nodes.calls[(2, "create-batch")]
     del fake_nodes.whole[2]
     assert all(p["created_on_node"] for p in create(client, "after", 6))
-    assert fake_nodes.calls[(2, "create-batch")] == batches + 1
+    # batched again: the creation's own round, and maybe the background reconciler's,
+    # which can claim some of the new rows before the creation does
+    assert fake_nodes.calls[(2, "create-batch")] > batches
     assert fake_nodes.single_creates[(2, "after")] == 0
 
 
