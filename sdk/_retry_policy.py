@@ -208,15 +208,26 @@ def classify(policy: RetryPolicy, exc: BaseException) -> Verdict:
 _SOON = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS"})
 
 
-def backoff_s(exc: BaseException | None, attempt: int, retry: RetryConfig) -> float:
-    """Exponential backoff with jitter; CONCURRENT_TRANSACTIONS gets the short one.
+#: CONCURRENT_TRANSACTIONS attempts retried after the short backoff; later ones back off
+#: as any other error does.
+FAST_ATTEMPTS = 10
 
+
+def backoff_s(exc: BaseException | None, attempt: int, retry: RetryConfig) -> float:
+    """Exponential backoff with jitter; CONCURRENT_TRANSACTIONS gets the short one first.
+
+    The previous transaction's markers usually land within milliseconds, so its first
+    ``FAST_ATTEMPTS`` retries wait ``fast_backoff_ms``; a transaction that stays undecided
+    (a node away, a marker that cannot land) then gets the ordinary growing backoff, as
+    Kafka's producer does (KIP-580), instead of two hundred requests a second per client.
     No growth after a timed-out attempt (the attempt itself was the wait, and the next
     one likely goes to another instance) or after an answer that says the next attempt
     will do (``_SOON``): growing there only delays the first commit after a failover.
     """
     if isinstance(exc, EosError) and exc.code == "CONCURRENT_TRANSACTIONS":
-        return retry.fast_backoff_ms / 1000
+        if attempt <= FAST_ATTEMPTS:
+            return retry.fast_backoff_ms / 1000
+        attempt -= FAST_ATTEMPTS
     if isinstance(exc, httpx.TimeoutException) or (
         isinstance(exc, EosError) and exc.code in _SOON
     ):

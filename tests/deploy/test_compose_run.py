@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EVENTS = 50_000
+EVENTS = 20_000
 EXPECTED_CHECKS = {
     "healthy",
     "sdk transaction",

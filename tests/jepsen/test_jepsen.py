@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SEED = 20261128
 #: Each producer's pause between transactions here. At full pace (``scripts/jepsen.sh``'s
 #: 0.05 s) the run takes one and a half cores for itself, as much as the rest of the suite
-#: beside it leaves; a quarter of the pace is still hundreds of transactions under the faults.
-PACE_S = 0.25
+#: beside it leaves; paced, it is still a thousand transactions under the faults.
+PACE_S = 0.4
 
 
 def _committed(events: Sequence[object], kind: str) -> int:
@@ -72,8 +72,8 @@ def test_the_checker_catches_a_planted(
         spec = HostSpec(node_module="tests.jepsen.planted", node_flags=flags)
     else:
         spec = HostSpec(coordinator_module="tests.jepsen.planted", coordinator_flags=flags)
-    plan = RunPlan(SEED, faults, hold_s=8.0, quiet_s=4.0, warmup_s=10.0, spec=spec,
-                   final_wait_s=15.0, pause_s=PACE_S)  # fmt: skip
+    plan = RunPlan(SEED, faults, hold_s=8.0, quiet_s=4.0, warmup_s=6.0, spec=spec,
+                   final_wait_s=10.0, pause_s=PACE_S)  # fmt: skip
     outcome = run(tmp_path / "run", plan)
     found = {anomaly.kind for anomaly in outcome.report.anomalies}
     assert found & expected, f"{bug}: expected one of {expected}, found {found or 'nothing'}"

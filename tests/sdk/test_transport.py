@@ -25,6 +25,7 @@ from sdk import (
     ProducerFencedError,
     RetryConfig,
 )
+from sdk._retry_policy import FAST_ATTEMPTS, backoff_s
 from sdk._transport import (
     POLICIES,
     AsyncTransport,
@@ -215,3 +216,17 @@ def test_a_stale_topic_keeps_its_partition_count() -> None:
     with pytest.raises(LeaderNotAvailableError):
         cache.leader(TopicPartition("t", 0))
     assert cache.leader(TopicPartition("t", 1)) is None, "the topic is looked up again"
+
+
+def test_concurrent_transactions_is_retried_fast_then_backs_off_like_any_error() -> None:
+    """A previous transaction that stays undecided must not draw two hundred requests a
+    second from each waiting client: the short backoff is for the first attempts only."""
+    retry = RetryConfig(backoff_ms=100, backoff_max_ms=1_000, fast_backoff_ms=5)
+    busy = ConcurrentTransactionsError("the previous transaction is completing")
+    waits = [backoff_s(busy, attempt, retry) for attempt in range(1, FAST_ATTEMPTS + 8)]
+    assert waits[:FAST_ATTEMPTS] == [0.005] * FAST_ATTEMPTS
+    grown = waits[FAST_ATTEMPTS:]
+    assert 0.08 <= grown[0] <= 0.12, grown
+    assert all(0.8 <= wait <= 1.2 for wait in grown[-3:]), grown  # capped at backoff_max_ms
+    # other errors keep their own schedule from the first attempt
+    assert 0.08 <= backoff_s(NotCoordinatorError("moved"), 5, retry) <= 0.12
