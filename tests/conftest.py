@@ -35,6 +35,7 @@ _ZYGOTE = pytest.StashKey["zygote.Zygote | None"]()
 pytest_plugins = [
     "pytester",
     "tests.chaos.report",
+    "tests.support.cpu_profile",
     "tests.support.failure_report",
     "tests.support.xdist_groups",
 ]
