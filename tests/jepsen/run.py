@@ -50,9 +50,9 @@ class RunPlan:
     warmup_s: float = 8.0  # workload alone before the first fault
     spec: HostSpec = field(default_factory=HostSpec)
     final_wait_s: float = 120.0  # for every transaction to be decided before the final read
-    #: each producer's pause between transactions: the pace of the whole workload (the
-    #: copiers copy what the producers write). Long runs press hard; the suite's run paces
-    #: itself, because it shares two cores with the rest of the suite.
+    #: the workload's pace: each producer's and copier's pause after a transaction, a
+    #: reader's after a poll that found records. Long runs press hard; the suite's run
+    #: paces itself, because it shares two cores with the rest of the suite.
     pause_s: float = 0.05
 
     @property

@@ -24,9 +24,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: The seed of the CI run (the schedule's order and every target it picks).
 SEED = 20261128
-#: Each producer's pause between transactions here. At full pace (``scripts/jepsen.sh``'s
-#: 0.05 s) the run takes one and a half cores for itself, as much as the rest of the suite
-#: beside it leaves; paced, it is still a thousand transactions under the faults.
+#: The workload's pause between transactions here (``RunPlan.pause_s``). At full pace
+#: (``scripts/jepsen.sh``'s 0.05 s) the run takes one and a half cores for itself, as much
+#: as the rest of the suite beside it leaves; paced, it is still about a thousand
+#: transactions under the faults.
 PACE_S = 0.4
 
 
