@@ -69,17 +69,19 @@ class _Group:
         return int((self.path / "cpuacct.usage").read_text()) / 1e9
 
 
+_STARTED = pytest.StashKey[float]()
+
+
 class _Counter:
-    """In a test process: each test's CPU-seconds, handed to the controller as a user
-    property of its call report (xdist carries those back)."""
+    """In a test process: each test's CPU-seconds, setup to teardown, handed to the
+    controller as a user property of its teardown report (xdist carries those back)."""
 
     def __init__(self, group: _Group) -> None:
         self.group = group
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
-        before = self.group.seconds()
-        item.stash[_STARTED] = before
+        item.stash[_STARTED] = self.group.seconds()
         yield
 
     @pytest.hookimpl(hookwrapper=True)
@@ -88,9 +90,6 @@ class _Counter:
         report: pytest.TestReport = outcome.get_result()
         if report.when == "teardown" and _STARTED in item.stash:
             report.user_properties.append((_KEY, self.group.seconds() - item.stash[_STARTED]))
-
-
-_STARTED = pytest.StashKey[float]()
 
 
 class _Totals:
