@@ -79,6 +79,20 @@ if ! compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null && [ "$(id -u)
   fi
 fi
 
+# Process ids: Spark's Python daemon SIGKILLs whatever pid its JVM names for a worker it
+# gives up on, reaped or not, and the suite's JVMs and services use pids (threads too) by
+# the hundred a second; with the kernel's counter at 32,768 it wraps in minutes, and such a
+# kill has hit another test's coordinator and a worker's zygote. 4,194,304 (the 64-bit
+# maximum, systemd's default) makes a wrap take hours. Raised here when we may (root).
+pid_max=$(cat /proc/sys/kernel/pid_max 2>/dev/null || echo 0)
+if [ "$pid_max" -lt 4194304 ] && [ "$(id -u)" -eq 0 ]; then
+  if echo 4194304 > /proc/sys/kernel/pid_max 2>/dev/null; then
+    echo "== kernel.pid_max $pid_max -> 4194304 (pids are not handed out again for hours)"
+  else
+    echo "== kernel.pid_max stays $pid_max (read-only here): a pid may be reused within minutes"
+  fi
+fi
+
 # PostgreSQL: the coordinator tests need it on 127.0.0.1:5432.
 if command -v pg_isready >/dev/null 2>&1 && ! pg_isready -h 127.0.0.1 -p 5432 -q; then
   if command -v pg_ctlcluster >/dev/null 2>&1; then
