@@ -5,12 +5,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from eos_protocol.common import (
     MAX_EPOCH,
     MAX_ID_LENGTH,
     AnswerModel,
+    ErrorBody,
     IdString,
     Offset,
     PartitionIndex,
@@ -201,6 +202,102 @@ class DescribeProducersResponse(AnswerModel):
     )
 
     producers: list[ProducerDescription]
+
+
+# --- DescribeProducers of many partitions, ``POST /v1/producers/describe`` ---------------
+# Kafka's DescribeProducers (KIP-664) names many partitions in one request to a broker. The
+# Spark writers need as much before every commit (how far each (partition, slot) a task
+# wrote got): one GET per partition made a write of thousands of partitions wait on
+# thousands of sequential round trips; one request per leader node makes it a handful.
+
+#: Entries in one request: the (partition, slot) pairs one commit asks a node about,
+#: bounded as the other requests of many partitions are, so one request's work (and its
+#: answer) stays within what a node does in one go.
+MAX_DESCRIBE_ENTRIES = 10_000
+
+
+class DescribeProducersEntry(WireModel):
+    """One partition, and the slot whose last sequences its answer reports."""
+
+    model_config = examples({"topic": "orders", "partition": 0, "slot": 3})
+
+    topic: TopicName
+    partition: PartitionIndex
+    slot: int | None = Field(
+        default=None,
+        ge=0,
+        le=2**31 - 1,
+        description="The slot each producer's last_sequence is of (ProduceRequest.slot); "
+        "0, a producer's single sequence, when absent (the GET's ?slot=).",
+    )
+
+    @property
+    def asked_slot(self) -> int:
+        return 0 if self.slot is None else self.slot
+
+
+class DescribeProducersManyRequest(WireModel):
+    """``POST /v1/producers/describe``: partitions of this node, each (partition, slot)
+    named once (a partition may be named once per slot). Only a request malformed as a
+    whole is refused, and then nothing is read."""
+
+    model_config = examples(
+        {"partitions": [
+            {"topic": "orders", "partition": 0, "slot": 3},
+            {"topic": "orders", "partition": 0, "slot": 4},
+            {"topic": "orders", "partition": 1},
+        ]}
+    )  # fmt: skip
+
+    partitions: list[DescribeProducersEntry] = Field(
+        min_length=1, max_length=MAX_DESCRIBE_ENTRIES
+    )
+
+    @model_validator(mode="after")
+    def _each_pair_once(self) -> DescribeProducersManyRequest:
+        seen: set[tuple[str, int, int]] = set()
+        for entry in self.partitions:
+            where = (entry.topic, entry.partition, entry.asked_slot)
+            if where in seen:
+                raise ValueError(
+                    f"{entry.topic}/{entry.partition} slot {entry.asked_slot} is named "
+                    "twice: each (partition, slot) once per request"
+                )
+            seen.add(where)
+        return self
+
+
+class DescribedPartition(AnswerModel):
+    """One entry's answer: the partition's producers as the per-partition GET lists them,
+    or the error that kept it from being described (then no producers), which fails no
+    other entry."""
+
+    topic: str
+    partition: int
+    slot: int = Field(description="The slot asked (0 when none was).")
+    producers: list[ProducerDescription]
+    error: ErrorBody | None = Field(
+        default=None, description="Why this partition was not described (null: it was)."
+    )
+
+
+class DescribeProducersManyResponse(AnswerModel):
+    """One entry per entry asked, in the order asked."""
+
+    model_config = examples(
+        {"partitions": [
+            {"topic": "orders", "partition": 0, "slot": 3, "error": None,
+             "producers": [{"producer_id": 1000, "producer_epoch": 2, "last_sequence": 41,
+                            "slot": 3, "coordinator_epoch": 1, "current_txn_start_offset": 120,
+                            "last_timestamp_ms": 1795322141308,
+                            "current_txn_start_ms": 1795322140112}]},
+            {"topic": "orders", "partition": 1, "slot": 0, "producers": [],
+             "error": {"code": "NOT_LEADER_OR_FOLLOWER", "retriable": True,
+                       "message": "node 1 is a follower; the leader is node 2 (epoch 4)"}},
+        ]}
+    )  # fmt: skip
+
+    partitions: list[DescribedPartition]
 
 
 class OffsetCommitEntry(WireModel):
@@ -412,6 +509,7 @@ class ListPartitionsResponse(AnswerModel):
 
 
 __all__ = [
+    "MAX_DESCRIBE_ENTRIES",
     "MAX_PARTITIONS_PER_CREATE",
     "CommittedOffset",
     "CreatePartitionRequest",
@@ -419,7 +517,11 @@ __all__ = [
     "CreatePartitionsRequest",
     "CreatePartitionsResponse",
     "CreatedPartition",
+    "DescribeProducersEntry",
+    "DescribeProducersManyRequest",
+    "DescribeProducersManyResponse",
     "DescribeProducersResponse",
+    "DescribedPartition",
     "Encoding",
     "EntryError",
     "FetchResponse",

@@ -27,6 +27,7 @@ from eos_server.middleware import NATIVE_TELEMETRY_OFF, BodyLimit, RequestShape
 from eos_server.openapi import Server, install_document
 from partition_service.acls import AclFetcher
 from partition_service.api import (
+    describe_producers,
     fetch_many,
     groups,
     health,
@@ -178,7 +179,7 @@ def create_app(settings: NodeSettings | None = None) -> FastAPI:
     for router in (
         records.router, produce_many.router, listing.router, groups.router, internal.router,
         replicas.router, replica_batches.router, health.router,
-        fetch_many.router,
+        fetch_many.router, describe_producers.router,
     ):
         app.include_router(router)
     # inside every middleware added below

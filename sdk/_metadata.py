@@ -225,6 +225,8 @@ def partition_path(tp: TopicPartition, action: str) -> str:
 
 #: The multi-partition produce of a storage node (``eos_protocol.produce_many``).
 PRODUCE_MANY_PATH = "/v1/produce"
+#: DescribeProducers of many partitions of a storage node (``eos_protocol.node``).
+DESCRIBE_PRODUCERS_MANY_PATH = "/v1/producers/describe"
 
 
 def records_path(tp: TopicPartition) -> str:

@@ -11,8 +11,10 @@ cache and request paths, so the retry rules stay the SDK's:
 
 * ``TransactionSession`` (driver): init, add partitions, add offsets plus TxnOffsetCommit,
   commit and abort of one transactional id.
-* ``SequencedPartitionWriter`` (executor): ``describe`` the producer's last sequence on a
-  partition and ``produce`` one batch with a given producer id, epoch and base sequence.
+* ``SequencedPartitionWriter`` (executor): the producer's last sequence on a partition
+  (``last_sequence``), or on many (partition, slot) pairs with one request per leader node
+  (``last_sequences``), and ``produce`` one batch with a given producer id, epoch and base
+  sequence.
 * ``init_producer_id`` (executor): an idempotent producer id, for the at-least-once job.
 * ``PartitionFetcher`` (executor): one read_committed fetch of a partition, answered as
   the node's JSON (the reader turns it into records a whole fetch at a time).
@@ -26,16 +28,25 @@ numbered by the task, instead of the SDK producer's per-record ``send``, whose b
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from eos_protocol.common import read_answer
 from eos_protocol.coordinator import AddPartitionsResponse, ProducerIdResponse
-from eos_protocol.errors import error_for
-from eos_protocol.node import DescribeProducersResponse, ProduceResponse
+from eos_protocol.errors import InternalError, error_for
+from eos_protocol.node import (
+    MAX_DESCRIBE_ENTRIES,
+    DescribeProducersManyResponse,
+    DescribeProducersResponse,
+    ProducerDescription,
+    ProduceResponse,
+)
 from sdk._config import RetryConfig
 from sdk._metadata import (
+    DESCRIBE_PRODUCERS_MANY_PATH,
     MetadataCache,
     find_coordinator_params,
     group_path,
@@ -50,8 +61,11 @@ from sdk._transport import (
     Req,
     SyncTransport,
     Verdict,
+    attempt_timeout_s,
     backoff_s,
     classify,
+    error_from_body,
+    parse_response,
 )
 from sdk._types import TopicPartition
 
@@ -60,6 +74,15 @@ CALL_TIMEOUT_S = 60.0
 
 #: No batch of this producer on the partition yet (its next sequence is 0).
 NO_SEQUENCE = -1
+
+#: A partition and the slot asked about in it (None: no slot, which is slot 0).
+SlotKey = tuple[TopicPartition, int | None]
+#: How long a node that answered the request of many partitions' producers with 404 or
+#: 405 (a release without it) is asked one partition per request.
+PER_PARTITION_FOR_S = 60.0
+#: The answers of a node that has no such request: no route (404), or a route of that
+#: path with other methods only (405).
+_NOT_SERVED = frozenset({404, 405})
 
 
 @dataclass(frozen=True)
@@ -217,6 +240,7 @@ class SequencedPartitionWriter(_Client):
     ) -> None:
         super().__init__(bootstrap_url, retry)
         self.identity = identity
+        self._per_partition_until: dict[str, float] = {}  # node URL -> monotonic time
 
     def last_sequence(self, tp: TopicPartition, *, slot: int | None = None) -> int:
         """The last sequence this producer (at this epoch) wrote to ``tp`` — in ``slot``,
@@ -228,12 +252,105 @@ class SequencedPartitionWriter(_Client):
             params=None if slot is None else {"slot": slot},
             invalidate=lambda _exc: self.metadata.invalidate_topic(tp.topic),
         )
-        for entry in read_answer(DescribeProducersResponse, body).producers:
+        return self._own_sequence(read_answer(DescribeProducersResponse, body).producers)
+
+    def _own_sequence(self, producers: Iterable[ProducerDescription]) -> int:
+        """This producer's last sequence among a partition's rows: -1 when it has no row
+        there, or a row of another epoch (its sequences start again at a new epoch)."""
+        for entry in producers:
             if entry.producer_id == self.identity.producer_id:
                 if entry.producer_epoch != self.identity.producer_epoch:
                     return NO_SEQUENCE
                 return entry.last_sequence
         return NO_SEQUENCE
+
+    def last_sequences(self, wanted: Iterable[SlotKey]) -> dict[SlotKey, int]:
+        """``last_sequence`` of every (partition, slot) in ``wanted``, with one request per
+        leader node (``POST /v1/producers/describe``) instead of one per partition: a
+        commit of thousands of partitions asks a handful of nodes.
+
+        Each entry is retried by DescribeProducers' row of the retry table until
+        ``CALL_TIMEOUT_S``, alone: a partition whose leader moved (its entry answered
+        ``NOT_LEADER_OR_FOLLOWER``) is looked up again and asked of its new leader in the
+        next round, while the others are settled. A node that answers the request 404 or
+        405 (a release without it, during a rolling upgrade) is asked per partition, as
+        ``last_sequence`` asks, for ``PER_PARTITION_FOR_S``."""
+        pending = list(dict.fromkeys(wanted))
+        found: dict[SlotKey, int] = {}
+        policy = POLICIES[Req.DESCRIBE_PRODUCERS]
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        attempt = 0
+        while pending:
+            attempt += 1
+            failures = self._describe_round(pending, found)
+            pending = []
+            last: BaseException | None = None
+            for key, exc in failures.items():
+                verdict = classify(policy, exc)
+                if verdict is Verdict.FAIL or time.monotonic() >= deadline:
+                    raise exc
+                if verdict is Verdict.REFIND or isinstance(exc, UNKNOWN_OUTCOME):
+                    self.metadata.invalidate_topic(key[0].topic)
+                pending.append(key)
+                last = exc
+            if last is not None:
+                time.sleep(backoff_s(last, attempt, self.http.retry))
+        return found
+
+    def _describe_round(
+        self, pending: list[SlotKey], found: dict[SlotKey, int]
+    ) -> dict[SlotKey, BaseException]:
+        """One attempt of every pending entry, one request per leader node (or per
+        ``MAX_DESCRIBE_ENTRIES`` entries of it); the errors, by entry."""
+        failures: dict[SlotKey, BaseException] = {}
+        by_node: dict[str, list[SlotKey]] = {}
+        for key in pending:
+            try:
+                by_node.setdefault(self.leader(key[0]), []).append(key)
+            except Exception as exc:
+                failures[key] = exc
+        for url, keys in by_node.items():
+            for start in range(0, len(keys), MAX_DESCRIBE_ENTRIES):
+                chunk = keys[start : start + MAX_DESCRIBE_ENTRIES]
+                now = time.monotonic()
+                if self._per_partition_until.get(url, 0.0) <= now:
+                    try:
+                        failures.update(self._describe_together(url, chunk, found))
+                        continue
+                    except _NotServed:
+                        self._per_partition_until[url] = now + PER_PARTITION_FOR_S
+                for tp, slot in chunk:
+                    found[(tp, slot)] = self.last_sequence(tp, slot=slot)
+        return failures
+
+    def _describe_together(
+        self, url: str, keys: list[SlotKey], found: dict[SlotKey, int]
+    ) -> dict[SlotKey, BaseException]:
+        """One request for ``keys`` to the node at ``url``: each entry's last sequence
+        into ``found``, or its error into the answer (a failed request is every entry's).
+        Raises ``_NotServed`` when the node has no such request."""
+        body = {"partitions": [_describe_entry(tp, slot) for tp, slot in keys]}
+        try:
+            response = self.http.client.post(
+                url + DESCRIBE_PRODUCERS_MANY_PATH, content=orjson.dumps(body),
+                timeout=attempt_timeout_s(POLICIES[Req.DESCRIBE_PRODUCERS], self.http.retry),
+            )  # fmt: skip
+            if response.status_code in _NOT_SERVED:
+                raise _NotServed(url)
+            answer = read_answer(DescribeProducersManyResponse, parse_response(response))
+            if len(answer.partitions) != len(keys):
+                raise InternalError(f"{len(answer.partitions)} answers to {len(keys)} entries")
+        except _NotServed:
+            raise
+        except Exception as exc:
+            return dict.fromkeys(keys, exc)
+        failures: dict[SlotKey, BaseException] = {}
+        for key, entry in zip(keys, answer.partitions, strict=True):
+            if entry.error is not None:
+                failures[key] = error_from_body(entry.error.model_dump(exclude_none=True))
+            else:
+                found[key] = self._own_sequence(entry.producers)
+        return failures
 
     def produce(
         self,
@@ -346,6 +463,18 @@ class PartitionFetcher(_Client):
             invalidate=lambda _exc: self.metadata.invalidate_topic(tp.topic),
         )
         return body
+
+
+class _NotServed(Exception):
+    """A node answered the request of many partitions' producers 404 or 405."""
+
+
+def _describe_entry(tp: TopicPartition, slot: int | None) -> dict[str, Any]:
+    """An entry of ``POST /v1/producers/describe`` (no ``slot`` when None: slot 0)."""
+    entry: dict[str, Any] = {"topic": tp.topic, "partition": tp.partition}
+    if slot is not None:
+        entry["slot"] = slot
+    return entry
 
 
 def init_producer_id(bootstrap_url: str, retry: RetryConfig | None = None) -> ProducerIdentity:

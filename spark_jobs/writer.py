@@ -286,9 +286,11 @@ def _identity(identity: ProducerIdentity) -> tuple[int, int]:
 
 def _check_written(probe: SequencedPartitionWriter, result: WriteResult) -> None:
     """Before committing: every partition's last sequence is its record count minus one,
-    so no batch is missing (the write would commit a partial partition) or extra."""
+    so no batch is missing (the write would commit a partial partition) or extra. Asked
+    with one request per leader node (``last_sequences``), not one per partition."""
+    found = probe.last_sequences((tp, None) for tp in result.records)
     for tp, count in result.records.items():
-        last = probe.last_sequence(tp)
+        last = found[(tp, None)]
         if last != count - 1:
             raise RuntimeError(
                 f"{tp.topic}-{tp.partition}: {count} records expected, the node has "

@@ -284,21 +284,23 @@ async def describe_producers(
     producer wrote nothing there at its current epoch): a retried task that writes in a
     slot of a shared producer asks how far its own slot got."""
     await node.access.require(caller, ResourceType.TOPIC, topic, Operation.DESCRIBE)
-    engine = node.registry.get(topic, partition).engine
-    return json_response(
+    return json_response({"producers": producer_rows(node.registry.get(topic, partition), slot)})
+
+
+def producer_rows(target: Partition, slot: int) -> list[dict[str, object]]:
+    """A partition's producers as DescribeProducers answers them (``ProducerDescription``),
+    ``last_sequence`` of ``slot``: the per-partition GET's rows, and each entry's of the
+    request of many partitions (``api/describe_producers.py``)."""
+    return [
         {
-            "producers": [
-                {
-                    "producer_id": entry.producer_id,
-                    "producer_epoch": entry.epoch,
-                    "last_sequence": entry.last_sequence_of(slot),
-                    "slot": slot,
-                    "coordinator_epoch": entry.coordinator_epoch,
-                    "current_txn_start_offset": entry.current_txn_first_offset,
-                    "last_timestamp_ms": entry.last_timestamp_ms,
-                    "current_txn_start_ms": entry.current_txn_start_ms,
-                }
-                for entry in engine.producers.producers.values()
-            ]
+            "producer_id": entry.producer_id,
+            "producer_epoch": entry.epoch,
+            "last_sequence": entry.last_sequence_of(slot),
+            "slot": slot,
+            "coordinator_epoch": entry.coordinator_epoch,
+            "current_txn_start_offset": entry.current_txn_first_offset,
+            "last_timestamp_ms": entry.last_timestamp_ms,
+            "current_txn_start_ms": entry.current_txn_start_ms,
         }
-    )
+        for entry in target.engine.producers.producers.values()
+    ]

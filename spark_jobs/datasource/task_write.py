@@ -13,7 +13,8 @@ and cuts them into batches deterministically:
 * so a retried or speculative attempt sends exactly the batches of the first attempt with
   the same sequences, and the node answers each as a duplicate;
 * an attempt that is behind another by more batches than the node remembers learns from
-  ``last_sequence(slot=)`` how far the slot got and skips those batches.
+  ``last_sequence(slot=)`` how far the slot got and skips those batches (every attempt
+  asks before its first batch, for all its partitions at once: ``last_sequences``).
 
 Nothing is ever written twice, and the commit message tells the driver how many records
 each (partition, slot) must hold, which it checks before committing.
@@ -41,6 +42,7 @@ from spark_jobs._wire import (
     PartitionFetcher,
     ProducerIdentity,
     SequencedPartitionWriter,
+    SlotKey,
     request_producer_id,
 )
 from spark_jobs.datasource import planted_fault
@@ -135,7 +137,11 @@ def group_rows(
 class SlotSender:
     """One target partition's batches in the task's slot, numbered from sequence 0: each
     sent, or skipped when the slot already holds it (another attempt of the task got
-    further than the node remembers batches of)."""
+    further than the node remembers batches of).
+
+    ``written`` is the slot's last sequence on the node when the sender starts: the
+    task asks it of every partition it opens at once (``open_slot_senders``), one request
+    per leader node, not one per partition."""
 
     def __init__(
         self,
@@ -145,11 +151,12 @@ class SlotSender:
         *,
         slot: int | None,
         transactional: bool,
+        written: int,
     ) -> None:
         self.writer, self.tp, self.slot = writer, tp, slot
         self.transactional = transactional
         self.encoding = "base64" if spec.binary else "utf8"
-        self.written = writer.last_sequence(tp, slot=slot)
+        self.written = written
         self.sequence = self.duplicates = self.skipped = 0
 
     def send(self, batch: list[dict[str, Any]]) -> None:
@@ -191,6 +198,24 @@ class SlotSender:
             self.duplicates += int(outcome.duplicate)
 
 
+def open_slot_senders(
+    writer: SequencedPartitionWriter,
+    tps: Sequence[TopicPartition],
+    spec: TaskWriteSpec,
+    *,
+    slot: int | None,
+    transactional: bool,
+) -> dict[TopicPartition, SlotSender]:
+    """A sender for each of ``tps``, started from how far the slot got on each partition,
+    asked with one request per leader node."""
+    written = writer.last_sequences((tp, slot) for tp in tps)
+    return {
+        tp: SlotSender(writer, tp, spec, slot=slot, transactional=transactional,
+                       written=written[(tp, slot)])
+        for tp in tps
+    }  # fmt: skip
+
+
 def write_task(
     rows: Iterable[Any],
     spec: TaskWriteSpec,
@@ -213,10 +238,13 @@ def write_task(
 
     def open_senders(tps: Iterable[TopicPartition]) -> None:
         new = sorted(tp for tp in set(tps) if tp not in senders)
-        if new and add_partitions is not None:
+        if not new:
+            return
+        if add_partitions is not None:
             add_partitions(new)
-        for tp in new:
-            senders[tp] = SlotSender(writer, tp, spec, slot=slot, transactional=transactional)
+        senders.update(
+            open_slot_senders(writer, new, spec, slot=slot, transactional=transactional)
+        )
 
     def written(tp: TopicPartition, batch: list[dict[str, Any]]) -> None:
         key = (tp.topic, tp.partition)
@@ -243,8 +271,12 @@ def write_task(
             targets = group_rows(rows, spec, writer)
             if add_partitions is not None and targets:
                 add_partitions(sorted(targets))
-            for tp in sorted(targets):
-                senders[tp] = SlotSender(writer, tp, spec, slot=slot, transactional=transactional)
+            if targets:
+                senders.update(
+                    open_slot_senders(
+                        writer, sorted(targets), spec, slot=slot, transactional=transactional
+                    )
+                )
             cut = {tp: list(batches(targets[tp], spec)) for tp in sorted(targets)}
             # The i-th batch of every partition in one round: a request per node each.
             for i in range(max((len(b) for b in cut.values()), default=0)):
@@ -293,28 +325,35 @@ def check_written(
 ) -> None:
     """Before a commit: every (partition, slot) a task wrote holds exactly its records
     (a batch missing would commit part of a task's output; more, a second copy), all under
-    the transaction's producer id and epoch."""
+    the transaction's producer id and epoch. The nodes are asked once each, for all their
+    (partition, slot) pairs (``last_sequences``)."""
+    claims: list[tuple[SlotKey, int]] = []
+    for message in messages:
+        if message.skipped or not message.records:
+            continue
+        if (message.producer_id, message.producer_epoch) != (
+            identity.producer_id, identity.producer_epoch
+        ):
+            raise RuntimeError(
+                f"a task wrote under producer {message.producer_id} epoch "
+                f"{message.producer_epoch}, the transaction is {identity}; not committing"
+            )
+        for (topic, partition), count in message.records.items():
+            claims.append(((TopicPartition(topic, partition), message.slot), count))
+    if not claims:
+        return
     probe = connection.secure(SequencedPartitionWriter(connection.bootstrap, identity))
     try:
-        for message in messages:
-            if message.skipped or not message.records:
-                continue
-            if (message.producer_id, message.producer_epoch) != (
-                identity.producer_id, identity.producer_epoch
-            ):
-                raise RuntimeError(
-                    f"a task wrote under producer {message.producer_id} epoch "
-                    f"{message.producer_epoch}, the transaction is {identity}; not committing"
-                )
-            for (topic, partition), count in message.records.items():
-                last = probe.last_sequence(TopicPartition(topic, partition), slot=message.slot)
-                if last != count - 1:
-                    raise RuntimeError(
-                        f"{topic}-{partition} slot {message.slot}: {count} records written, "
-                        f"the node has sequences up to {last}; not committing"
-                    )
+        found = probe.last_sequences(key for key, _ in claims)
     finally:
         probe.close()
+    for (tp, slot), count in claims:
+        last = found[(tp, slot)]
+        if last != count - 1:
+            raise RuntimeError(
+                f"{tp.topic}-{tp.partition} slot {slot}: {count} records written, "
+                f"the node has sequences up to {last}; not committing"
+            )
 
 
 def idempotent_identity(connection: Connection) -> ProducerIdentity:

@@ -50,6 +50,7 @@ OPERATION_IDS = {
         "metrics", "replicaFetch", "epochEnd", "pushPartitionState", "listOpenTransactions",
         "createPartitions", "pushPartitionStates", "replicaFetchMany", "epochEnds",
         "describeNodePartitions", "fetchMany", "produceToPartitions",
+        "describeProducersOfPartitions",
     },
 }
 
