@@ -40,7 +40,7 @@ from typing import Any
 import httpx
 import trustme
 
-from eos_cli.launcher import ClusterPlan, LocalCluster, ServiceProcess, TlsFiles
+from eos_cli.launcher import ClusterPlan, LocalCluster, ServiceProcess, TlsFiles, describe_exit
 from eos_security.tokens import new_token, token_entry
 from tests.support.coordinators import temp_database
 from tests.support.nodes import INTERNAL_TOKEN
@@ -109,6 +109,7 @@ class Cluster(LocalCluster):
             coordinator_flags=[*coordinator_flags, *spec.coordinator_flags], own_session=False,
             default_replication_factor=spec.replication_factor,
         )  # fmt: skip
+        self._stopped = False
         self.node_proxy: FaultProxy | None = None
         self.coordinator_proxy: FaultProxy | None = None
         self._plan = plan
@@ -152,6 +153,7 @@ class Cluster(LocalCluster):
         return self.coordinator_list(index)
 
     def start(self) -> Cluster:
+        self._stopped = False
         for proxy in (self.node_proxy, self.coordinator_proxy):
             if proxy is not None:
                 proxy.start()
@@ -175,6 +177,20 @@ class Cluster(LocalCluster):
         self.start_coordinator(index)
 
     def stop(self) -> None:
+        """Stop every service, after noting in ``logs/exits.txt`` each one that had exited
+        already and how: a service a failed test found gone (connections refused, a
+        restart that never got ready) says there whether it was killed, and by which
+        signal, or exited by itself, which its log alone cannot say after a SIGKILL."""
+        gone = [
+            f"{service.name}: {describe_exit(code)} before the teardown\n"
+            for service in self.services
+            if service.process is not None and (code := service.process.poll()) is not None
+        ]
+        if gone and not self._stopped:  # a second stop (the factory's) finds all gone
+            exits = self.root / "logs" / "exits.txt"
+            exits.parent.mkdir(parents=True, exist_ok=True)
+            exits.write_text("".join(gone))
+        self._stopped = True
         super().stop()
         for proxy in (self.node_proxy, self.coordinator_proxy):
             if proxy is not None:
