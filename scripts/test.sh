@@ -81,9 +81,10 @@ fi
 
 # Process ids: Spark's Python daemon SIGKILLs whatever pid its JVM names for a worker it
 # gives up on, reaped or not, and the suite's JVMs and services use pids (threads too) by
-# the hundred a second; with the kernel's counter at 32,768 it wraps in minutes, and such a
-# kill has hit another test's coordinator and a worker's zygote. 4,194,304 (the 64-bit
-# maximum, systemd's default) makes a wrap take hours. Raised here when we may (root).
+# the dozen a second; with the kernel's counter at 32,768 it wraps within minutes, so such
+# a kill can land on another test's process (two runs lost a coordinator without a word in
+# its log while it was so). 4,194,304 (the 64-bit maximum, systemd's default) makes a wrap
+# take hours. Raised here when we may (root).
 pid_max=$(cat /proc/sys/kernel/pid_max 2>/dev/null || echo 0)
 if [ "$pid_max" -lt 4194304 ] && [ "$(id -u)" -eq 0 ]; then
   if echo 4194304 > /proc/sys/kernel/pid_max 2>/dev/null; then
