@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.integration.split_topic import post, split_topic
 from tests.support.cluster import Cluster, ClusterFactory
 from tests.support.processes import wait_until
 
@@ -24,10 +25,6 @@ pytestmark = pytest.mark.slow
 DESCRIBE = "/v1/producers/describe"
 TOPIC = "described"
 PARTITIONS = 6
-
-
-def post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(url + path, json=body, timeout=30)
 
 
 def produce(node: str, partition: int, ident: dict[str, int], count: int, slot: int) -> None:
@@ -44,13 +41,8 @@ def mine(entry: dict[str, Any], producer_id: int) -> int | None:
 
 def test_a_partition_the_node_follows_is_refused_alone(cluster_factory: ClusterFactory) -> None:
     cluster = cluster_factory(nodes=2)
-    created = post(cluster.coordinator.url, "/v1/topics",
-                   {"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 2})  # fmt: skip
-    assert created.status_code == 201, created.text
-    node = cluster.node(1).url
-    leaders = {p["partition"]: p["leader"]["url"] for p in created.json()["partitions"]}
-    led = sorted(p for p, url in leaders.items() if url == node)
-    followed = sorted(p for p, url in leaders.items() if url != node)
+    split = split_topic(cluster, TOPIC, PARTITIONS)
+    node, leaders, led, followed = split.node, split.leaders, split.led, split.followed
     assert led and followed, leaders
     body = post(cluster.coordinator.url, "/v1/producers", {}).json()
     ident = {"producer_id": body["producer_id"], "producer_epoch": body["producer_epoch"]}

@@ -16,15 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.integration.split_topic import post, split_topic
 from tests.support.cluster import Cluster, ClusterFactory
 
 pytestmark = pytest.mark.slow
 TOPIC = "many"
 PARTITIONS = 8
-
-
-def post(url: str, path: str, body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(url + path, json=body, timeout=30)
 
 
 def high_watermarks(node_url: str, partitions: list[int]) -> dict[int, int]:
@@ -53,14 +50,9 @@ def batch(
 
 def test_each_batch_is_answered_on_its_own(cluster_factory: ClusterFactory) -> None:
     cluster = cluster_factory(nodes=2)
-    created = post(cluster.coordinator.url, "/v1/topics",
-                   {"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 2})  # fmt: skip
-    assert created.status_code == 201, created.text
-    node = cluster.node(1).url
-    leaders = {p["partition"]: p["leader"]["url"] for p in created.json()["partitions"]}
-    led = sorted(p for p, url in leaders.items() if url == node)
-    followed = sorted(p for p, url in leaders.items() if url != node)
-    assert len(led) >= 4 and followed, leaders
+    split = split_topic(cluster, TOPIC, PARTITIONS)
+    node, led, followed = split.node, split.led, split.followed
+    assert len(led) >= 4 and followed, split.leaders
     fine, fenced, unadded = led[:2], led[2], led[3]
 
     idem = post(cluster.coordinator.url, "/v1/producers", {}).json()

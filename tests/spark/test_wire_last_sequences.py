@@ -205,20 +205,29 @@ def _schema() -> object:
     return StructType([StructField("key", StringType()), StructField("value", StringType())])
 
 
-def test_the_data_source_asks_once_per_node_and_refuses_a_missing_or_extra_batch(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    topic = cluster.create_topic(partitions=PARTITIONS, prefix="lastseq-ds")
-    options = sink_options({"bootstrap": cluster.url, "topic": topic, "batchRecords": "3"},
-                           streaming=False)  # fmt: skip
-    sink = EosBatchWriter(options, _schema())
+def counted_sink(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, prefix: str, **options: str
+) -> tuple[EosBatchWriter, Counted, set[str]]:
+    """A batch sink to a new topic with ``options``, its transaction begun; the seam that
+    counts every wire client's requests from now on; and the topic's leader nodes."""
+    topic = cluster.create_topic(partitions=PARTITIONS, prefix=prefix)
+    sink = EosBatchWriter(sink_options({"bootstrap": cluster.url, "topic": topic, **options},
+                                       streaming=False), _schema())  # fmt: skip
     assert sink.identity is not None
-    identity, tid = sink.identity, sink.transactional_id
-    lookup = SequencedPartitionWriter(cluster.url, identity)
+    lookup = SequencedPartitionWriter(cluster.url, sink.identity)
     nodes = leader_nodes(lookup, [TopicPartition(topic, p) for p in range(PARTITIONS)])
     lookup.close()
     seam = Counted()
     route_every_client(monkeypatch, seam)
+    return sink, seam, nodes
+
+
+def test_the_data_source_asks_once_per_node_and_refuses_a_missing_or_extra_batch(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink, seam, nodes = counted_sink(cluster, monkeypatch, "lastseq-ds", batchRecords="3")
+    options, identity, tid = sink.options, sink.identity, sink.transactional_id
+    assert identity is not None
     # each task (slot) writes five records to every partition, in two batches of at most 3
     rows = [{"key": f"k{i}", "value": f"v{i}", "partition": i // 2 % PARTITIONS}
             for i in range(60)]  # fmt: skip
@@ -256,17 +265,10 @@ def test_an_unsorted_task_opens_its_last_batches_with_one_request_per_node(
     """``sortWithinTask=false``: no partition fills a batch here, so every partition is
     first seen at the task's end, opened together (one request per node), and a retried
     attempt, which finds them all written, resends only duplicates."""
-    topic = cluster.create_topic(partitions=PARTITIONS, prefix="lastseq-un")
-    options = sink_options({"bootstrap": cluster.url, "topic": topic, "batchRecords": "100",
-                            "sortWithinTask": "false"}, streaming=False)  # fmt: skip
-    sink = EosBatchWriter(options, _schema())
-    assert sink.identity is not None
-    identity, tid = sink.identity, sink.transactional_id
-    lookup = SequencedPartitionWriter(cluster.url, identity)
-    nodes = leader_nodes(lookup, [TopicPartition(topic, p) for p in range(PARTITIONS)])
-    lookup.close()
-    seam = Counted()
-    route_every_client(monkeypatch, seam)
+    sink, seam, nodes = counted_sink(cluster, monkeypatch, "lastseq-un", batchRecords="100",
+                                     sortWithinTask="false")  # fmt: skip
+    options, identity, tid = sink.options, sink.identity, sink.transactional_id
+    assert identity is not None
     rows = [{"key": f"k{i}", "value": f"v{i}", "partition": i % PARTITIONS} for i in range(30)]
     attempts = [write_task(rows, sink.spec, identity, slot=4,
                            add_partitions=adder(options, tid, identity))
@@ -304,4 +306,3 @@ def test_write_atomics_check_asks_once_per_node_and_refuses_a_missing_or_extra_b
             _check_written(probe, result)
     finally:
         probe.close()
-
