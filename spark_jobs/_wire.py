@@ -1,10 +1,11 @@
 """Low-level transaction calls for a transaction shared by many Spark tasks.
 
 The SDK's ``TransactionalProducer`` owns its transaction from one process: it adds a
-partition when it first sends to it, and numbers its own batches. The atomic DataFrame
-write (``spark_jobs.writer``) splits one transaction across processes instead: the driver
-opens it and adds every target partition, and each executor task produces the batches of
-its partitions under the driver's producer id and epoch, with sequence numbers it derives
+partition when it first sends to it, and numbers its own batches. The data source's
+writes (``spark_jobs.datasource``, and ``spark_jobs.writer.write_atomic`` built on them)
+split one transaction across processes instead: the driver opens it, and each executor
+task adds the partitions it writes and produces its batches under the driver's producer
+id and epoch, in a sequence space of its own (a slot), with sequence numbers it derives
 from the records' deterministic order. Neither half fits the SDK's producer, so this module
 makes those wire calls itself (docs/design.md §4) on the SDK's transport, retry table, metadata
 cache and request paths, so the retry rules stay the SDK's:
@@ -16,8 +17,9 @@ cache and request paths, so the retry rules stay the SDK's:
   (``last_sequences``), and ``produce`` one batch with a given producer id, epoch and base
   sequence.
 * ``init_producer_id`` (executor): an idempotent producer id, for the at-least-once job.
-* ``PartitionFetcher`` (executor): one read_committed fetch of a partition, answered as
-  the node's JSON (the reader turns it into records a whole fetch at a time).
+* ``PartitionFetcher`` (executor): the read of a planned offset range of a partition
+  (``fetch_range``), answered as the node's JSON a fetch at a time; the data source's
+  read tasks turn it into Arrow batches, the pipeline's tasks into records.
 
 The pipeline's tasks (``spark_jobs.batch_writer``) use the same two halves from one
 process: a ``TransactionSession`` per source partition, and batches of thousands of records
@@ -28,7 +30,7 @@ numbered by the task, instead of the SDK producer's per-record ``send``, whose b
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +73,12 @@ from sdk._types import TopicPartition
 
 #: How long one logical call may keep retrying (seconds).
 CALL_TIMEOUT_S = 60.0
+
+#: A range read that makes no progress for this long fails (the partition's node is gone).
+STALL_TIMEOUT_S = 60.0
+
+#: The most bytes one fetch of a range read asks for.
+FETCH_MAX_BYTES = 4 * 1024 * 1024
 
 #: No batch of this producer on the partition yet (its next sequence is 0).
 NO_SEQUENCE = -1
@@ -446,15 +454,21 @@ class PartitionFetcher(_Client):
     millions of records can spare."""
 
     def fetch(
-        self, tp: TopicPartition, offset: int, *, max_records: int, max_bytes: int
+        self,
+        tp: TopicPartition,
+        offset: int,
+        *,
+        max_records: int,
+        max_bytes: int = FETCH_MAX_BYTES,
+        read_committed: bool = True,
     ) -> dict[str, Any]:
-        """``GET .../records`` read_committed from ``offset`` (no long poll: the reader
-        asks only below the last stable offset it planned)."""
+        """``GET .../records`` from ``offset`` (no long poll: a reader asks only below the
+        last stable offset it planned)."""
         params = {
             "offset": offset,
             "max_records": max_records,
             "max_bytes": max_bytes,
-            "isolation_level": "read_committed",
+            "isolation_level": "read_committed" if read_committed else "read_uncommitted",
             "max_wait_ms": 0,
         }
         body: dict[str, Any] = self.http.call(
@@ -463,6 +477,48 @@ class PartitionFetcher(_Client):
             invalidate=lambda _exc: self.metadata.invalidate_topic(tp.topic),
         )
         return body
+
+    def fetch_range(
+        self,
+        tp: TopicPartition,
+        start: int,
+        end: int,
+        *,
+        max_records: int,
+        max_bytes: int = FETCH_MAX_BYTES,
+        read_committed: bool = True,
+        stopped: Callable[[], bool] = lambda: False,
+    ) -> Iterator[list[dict[str, Any]]]:
+        """The records of ``tp`` at offsets ``[start, end)`` as the node's JSON, one list
+        per answer (the records at or past ``end`` left out; an answer with none left
+        yields nothing). Every Spark read of a planned range goes through here: the data
+        source's tasks and the pipeline's ``RangeReader``.
+
+        The read moves to each answer's ``next_offset``, past markers and aborted batches,
+        so it ends at ``end`` even when the last offsets hold no visible record: below the
+        last stable offset the driver planned with, every attempt reads the same records.
+        An answer that moves nothing is asked again after a pause; ``STALL_TIMEOUT_S``
+        without progress fails the read (the partition's node is gone)."""
+        offset, last_progress = start, time.monotonic()
+        while offset < end and not stopped():
+            body = self.fetch(
+                tp, offset, max_records=min(max_records, end - offset), max_bytes=max_bytes,
+                read_committed=read_committed,
+            )
+            records: list[dict[str, Any]] = body["records"]
+            if records and records[-1]["offset"] >= end:
+                records = [r for r in records if r["offset"] < end]
+            if records:
+                yield records
+            following = max(offset, int(body["next_offset"]))
+            if following > offset:
+                offset, last_progress = following, time.monotonic()
+            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                raise TimeoutError(
+                    f"{tp.topic}-{tp.partition}: no progress at {offset} (end {end})"
+                )
+            else:
+                time.sleep(0.05)
 
 
 class _NotServed(Exception):

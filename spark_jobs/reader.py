@@ -4,35 +4,36 @@ The driver decides what a read covers before any task runs, so that every attemp
 task reads the same records: for each partition of the topic an ``OffsetRange`` from the
 group's committed offset (or the log start) up to the last stable offset the driver saw.
 Below the LSO every transaction is decided, so a ``read_committed`` read of the range gives
-the same records however often, and whenever, it is repeated. One Spark partition reads one
-topic partition.
+the same records however often, and whenever, it is repeated.
 
-Keys and values are text in the DataFrame; a record sent as bytes is decoded as UTF-8 with
-replacement characters, so binary payloads should be base64 text at the source.
+There is one read path: a range is read by ``PartitionFetcher.fetch_range``.
+``read_ranges`` and ``read_topic`` are ``spark.read.format("eos")`` with the ranges as its
+``assign``, ``startingOffsets`` and ``endingOffsets`` (``spark_jobs.datasource``), shaped as
+the pipeline's DataFrame transforms expect (``record_schema``: keys and values as text, a
+record sent as bytes decoded as UTF-8 with replacement characters, so binary payloads
+should be base64 text at the source). ``RangeReader`` is the same read for a pipeline task
+that reads, transforms and writes in one transaction of its own, with a fetch ahead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import operator
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sdk import AdminClient, Consumer, ConsumerRecord, TopicPartition
 from sdk._consumer_base import decode_payload
-from sdk._types import Payload
-from spark_jobs._wire import PartitionFetcher
+from spark_jobs._wire import STALL_TIMEOUT_S, PartitionFetcher
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
-
-#: A read that makes no progress for this long fails (the partition's node is gone).
-STALL_TIMEOUT_S = 60.0
 
 #: Fetches a ``RangeReader`` keeps ready ahead of its caller.
 READ_AHEAD = 2
@@ -127,12 +128,17 @@ def iter_range(
 def decode_records(
     topic: str, partition: int, body: dict[str, Any], end: int
 ) -> list[ConsumerRecord]:
-    """The records of a fetch answer below ``end``, built in one pass. Text records (the
-    usual case) need no per-record decoding, and are built without the named tuple's
-    Python-level constructor: this runs for every record a task reads."""
+    """The records of a fetch answer below ``end`` (``records_of`` on the answer)."""
     raw = body["records"]
     if raw and raw[-1]["offset"] >= end:
         raw = [r for r in raw if r["offset"] < end]
+    return records_of(topic, partition, raw)
+
+
+def records_of(topic: str, partition: int, raw: list[dict[str, Any]]) -> list[ConsumerRecord]:
+    """A fetch answer's records, built in one pass. Text records (the usual case) need no
+    per-record decoding, and are built without the named tuple's Python-level
+    constructor: this runs for every record a task reads."""
     if set(map(_encoding, raw)) <= _TEXT:
         new = tuple.__new__
         return [
@@ -207,25 +213,13 @@ class RangeReader:
         self._put(item)
 
     def _read(self) -> None:
-        tp, offset, end = self.tp, self.start, self.end
-        last_progress = time.monotonic()
-        while offset < end and not self._stop.is_set():
-            body = self._fetcher.fetch(
-                tp, offset, max_records=min(self.max_records, end - offset),
-                max_bytes=self.max_bytes,
-            )
-            records = decode_records(tp.topic, tp.partition, body, end)
-            following = max(offset, int(body["next_offset"]))
-            if records and not self._put(records):
+        tp = self.tp
+        for raw in self._fetcher.fetch_range(
+            tp, self.start, self.end, max_records=self.max_records, max_bytes=self.max_bytes,
+            stopped=self._stop.is_set,
+        ):
+            if not self._put(records_of(tp.topic, tp.partition, raw)):
                 return
-            if following > offset:
-                offset, last_progress = following, time.monotonic()
-            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
-                raise TimeoutError(
-                    f"{tp.topic}-{tp.partition}: no progress at {offset} (end {end})"
-                )
-            else:
-                time.sleep(0.05)
 
     def _put(self, item: _Item) -> bool:
         while not self._stop.is_set():
@@ -246,13 +240,6 @@ def read_range(
         yield from reader
     finally:
         reader.close()
-
-
-def text(payload: Payload | None) -> str | None:
-    """A key or value as DataFrame text."""
-    if payload is None or isinstance(payload, str):
-        return payload
-    return payload.decode("utf-8", errors="replace")
 
 
 def record_schema() -> StructType:
@@ -278,19 +265,42 @@ def record_schema() -> StructType:
     )
 
 
-def _read_task(bootstrap_url: str, max_poll_records: int) -> Any:
-    def read(ranges: Iterable[OffsetRange]) -> Iterator[tuple[Any, ...]]:
-        for r in ranges:
-            for batch in read_range(
-                bootstrap_url, r.tp, r.start, r.end, max_records=max_poll_records
-            ):
-                for rec in batch:
-                    yield (
-                        rec.topic, rec.partition, rec.offset, text(rec.key), text(rec.value),
-                        rec.timestamp_ms, rec.headers or None,
-                    )
+def ranges_options(ranges: Sequence[OffsetRange]) -> dict[str, str]:
+    """The ``format("eos")`` options that read exactly ``ranges``: every range's partition
+    assigned, started at its start and ended at its end."""
+    assign: dict[str, list[int]] = {}
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for r in ranges:
+        assign.setdefault(r.topic, []).append(r.partition)
+        starting.setdefault(r.topic, {})[str(r.partition)] = r.start
+        ending.setdefault(r.topic, {})[str(r.partition)] = r.end
+    return {
+        "assign": json.dumps(assign),
+        "startingOffsets": json.dumps(starting),
+        "endingOffsets": json.dumps(ending),
+    }
 
-    return read
+
+def as_records(df: DataFrame) -> DataFrame:
+    """A ``format("eos")`` DataFrame (Kafka's columns) with the columns of
+    ``record_schema``: keys and values as text, the timestamp in milliseconds, headers a
+    map of text (None without headers)."""
+    from pyspark.sql import functions as F
+
+    headers = F.when(
+        F.size("headers") > 0,
+        F.map_from_entries(
+            F.transform("headers", lambda h: F.struct(h["key"], h["value"].cast("string")))
+        ),
+    )
+    return df.select(
+        "topic", "partition", "offset",
+        F.col("key").cast("string").alias("key"),
+        F.col("value").cast("string").alias("value"),
+        F.unix_millis("timestamp").alias("timestamp_ms"),
+        headers.alias("headers"),
+    )  # fmt: skip
 
 
 def read_ranges(
@@ -300,14 +310,24 @@ def read_ranges(
     *,
     max_poll_records: int = 10_000,
 ) -> DataFrame:
-    """A DataFrame of the records of ``ranges`` (read_committed), one Spark partition per
-    range; columns ``topic, partition, offset, key, value, timestamp_ms, headers``."""
-    wanted = list(ranges)
-    rdd = spark.sparkContext.parallelize(wanted, max(1, len(wanted)))
-    rows = rdd.mapPartitions(_read_task(bootstrap_url, max_poll_records))
-    # The read task builds every row itself with the schema's types (str, int, a dict of
-    # str or None), so Spark's per-field check of each row, in Python, would find nothing.
-    return spark.createDataFrame(rows, record_schema(), verifySchema=False)
+    """A DataFrame of the records of ``ranges`` (read_committed): ``spark.read.format("eos")``
+    over exactly those offsets, a Spark partition per range (more for a range of over a
+    million offsets); columns ``topic, partition, offset, key, value, timestamp_ms,
+    headers``."""
+    from spark_jobs.datasource import register
+
+    wanted = [r for r in ranges if not r.empty]
+    if not wanted:
+        return spark.createDataFrame([], record_schema())
+    register(spark)
+    df = (
+        spark.read.format("eos")
+        .option("bootstrap", bootstrap_url)
+        .option("fetchMaxRecords", str(max_poll_records))
+        .options(**ranges_options(wanted))
+        .load()
+    )
+    return as_records(df)
 
 
 def read_topic(

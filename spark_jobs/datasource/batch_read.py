@@ -17,7 +17,6 @@ end even when the last offsets hold no visible record: the same rows on every at
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -35,16 +34,11 @@ from pyspark.sql.datasource import (
 )
 
 from sdk import TopicPartition
-from sdk._metadata import records_path
-from sdk._transport import Req
-from spark_jobs._wire import CALL_TIMEOUT_S, PartitionFetcher
+from spark_jobs._wire import PartitionFetcher
 from spark_jobs.datasource import planning
 from spark_jobs.datasource.options import Connection, SourceOptions
 from spark_jobs.datasource.planning import Pushed, Slice
 from spark_jobs.datasource.records import arrow_rows
-
-#: A read that makes no progress for this long fails (the partition's node is gone).
-STALL_TIMEOUT_S = 60.0
 
 
 class SliceInput(InputPartition):
@@ -64,43 +58,23 @@ def read_slice(
     pushed: Pushed | None = None,
 ) -> Iterator[Any]:
     """The rows of ``piece`` in offset order (the body of a read task), as Arrow record
-    batches, one per fetch."""
+    batches, one per fetch (``PartitionFetcher.fetch_range``)."""
     fetcher = connection.secure(PartitionFetcher(connection.bootstrap, None))
     tp = TopicPartition(piece.topic, piece.partition)
     low = None if pushed is None else pushed.min_timestamp_ms
     high = None if pushed is None else pushed.max_timestamp_ms
     try:
-        offset, last_progress = piece.start, time.monotonic()
-        while offset < piece.end:
-            params = {
-                "offset": offset,
-                "max_records": min(max_records, piece.end - offset),
-                "max_bytes": 4 * 1024 * 1024,
-                "isolation_level": "read_committed" if read_committed else "read_uncommitted",
-                "max_wait_ms": 0,
-            }
-            body = fetcher.http.call(
-                Req.FETCH, "GET", records_path(tp), base=lambda: fetcher.leader(tp),
-                params=params, timeout_s=CALL_TIMEOUT_S,
-                invalidate=lambda _exc: fetcher.metadata.invalidate_topic(tp.topic),
-            )
-            kept = []
-            for record in body["records"]:
-                if record["offset"] >= piece.end:
-                    break
-                ms = record["timestamp_ms"]
-                if (low is not None and ms < low) or (high is not None and ms > high):
-                    continue
-                kept.append(record)
-            if kept:  # one Arrow batch per fetch
-                yield arrow_rows(piece.topic, piece.partition, kept)
-            following = max(offset, int(body["next_offset"]))
-            if following > offset:
-                offset, last_progress = following, time.monotonic()
-            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
-                raise TimeoutError(f"{tp.topic}-{tp.partition}: no progress at {offset}")
-            else:
-                time.sleep(0.05)
+        for records in fetcher.fetch_range(
+            tp, piece.start, piece.end, max_records=max_records, read_committed=read_committed
+        ):
+            if low is not None or high is not None:
+                records = [
+                    r for r in records
+                    if (low is None or r["timestamp_ms"] >= low)
+                    and (high is None or r["timestamp_ms"] <= high)
+                ]  # fmt: skip
+            if records:  # one Arrow batch per fetch
+                yield arrow_rows(piece.topic, piece.partition, records)
     finally:
         fetcher.close()
 

@@ -25,6 +25,11 @@ group ``<transactionalId>``, entry ``<transactionalId>``-0), so rows and record 
 visible together, and a later writer of the same ``transactionalId`` that finds the
 record writes nothing. Give each micro-batch its own id (``f"{query}-{batch_id}"``).
 
+``sendOffsets`` with ``sendOffsetsGroupId`` commits source offsets for that group in the
+same transaction (a batch consume-transform-produce job, as ``spark_jobs.writer.write_atomic``
+runs it for ``eos spark run``): the output and the input's new offsets become visible
+together, and an empty output still moves the offsets.
+
 ``mode=at_least_once`` skips the transaction: each task writes idempotently under a
 producer id of its own, visible as soon as written.
 """
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
@@ -43,6 +48,7 @@ from spark_jobs._wire import ProducerIdentity, TransactionSession
 from spark_jobs.datasource.options import EosOptionError, SinkOptions
 from spark_jobs.datasource.records import check_write_schema
 from spark_jobs.datasource.task_write import (
+    AfterBatch,
     TaskWriteSpec,
     Written,
     check_written,
@@ -96,6 +102,15 @@ def adder(options: SinkOptions, transactional_id: str, identity: ProducerIdentit
     return add
 
 
+def send_offsets(options: SinkOptions) -> dict[TopicPartition, int]:
+    """The ``sendOffsets`` option as the transaction's offsets (none: empty)."""
+    return {
+        TopicPartition(topic, partition): offset
+        for topic, parts in (options.send_offsets or {}).items()
+        for partition, offset in parts.items()
+    }
+
+
 def written_before(options: SinkOptions, transactional_id: str) -> bool:
     """``writeOnce``: a write under ``transactional_id`` committed, with its record (read
     stably: a commit under way is waited for)."""
@@ -119,6 +134,9 @@ class EosBatchWriter(DataSourceArrowWriter):
         self.transactional_id = options.transactional_id or f"eos-spark-write-{uuid.uuid4().hex}"
         self.identity: ProducerIdentity | None = None
         self.done = options.write_once and written_before(options, self.transactional_id)
+        #: Called in a task after each batch it wrote or skipped (partition, batch index):
+        #: a test seam (a fault at a chosen point) set by ``write_atomic``'s caller.
+        self.after_batch: AfterBatch | None = None
         if options.exactly_once and not self.done:
             txn = session(options, self.transactional_id)
             try:
@@ -127,16 +145,22 @@ class EosBatchWriter(DataSourceArrowWriter):
                 txn.close()
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        return self.write_rows(rows_of(iterator))
+
+    def write_rows(self, rows: Iterable[Any]) -> Written:
+        """A task's write of its rows (dicts, or ``Row`` objects): what ``write`` does with
+        the task's Arrow batches, and ``write_atomic``'s tasks with an RDD's rows."""
         slot = task_slot()
         if self.done:  # writeOnce, and this write committed before: a replay
             return Written(None, None, slot, skipped=True)
         if self.identity is None:  # at-least-once: a producer id of the task's own
             identity = idempotent_identity(self.options.connection)
-            return write_task(rows_of(iterator), self.spec, identity, slot=None,
-                              add_partitions=None)  # fmt: skip
+            return write_task(rows, self.spec, identity, slot=None,
+                              add_partitions=None, after_batch=self.after_batch)  # fmt: skip
         return write_task(
-            rows_of(iterator), self.spec, self.identity, slot=slot,
+            rows, self.spec, self.identity, slot=slot,
             add_partitions=adder(self.options, self.transactional_id, self.identity),
+            after_batch=self.after_batch,
         )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -148,10 +172,14 @@ class EosBatchWriter(DataSourceArrowWriter):
             txn.identity = self.identity
             try:
                 check_written(self.options.connection, self.identity, written)
-                if not any(m.records for m in written):
+                offsets = send_offsets(self.options)
+                if not any(m.records for m in written) and not offsets:
                     with contextlib.suppress(Exception):  # nothing was begun to commit
                         txn.abort()
                     return
+                if offsets:
+                    assert self.options.send_offsets_group_id is not None
+                    txn.add_offsets(self.options.send_offsets_group_id, offsets)
                 if self.options.write_once:
                     entry = TopicPartition(self.transactional_id, 0)
                     txn.add_offsets(self.transactional_id, {entry: 1})

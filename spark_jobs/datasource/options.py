@@ -43,7 +43,8 @@ _SOURCE = {
 }  # fmt: skip
 _SINK = {
     "topic", "mode", "transactionalid", "transactionalidprefix", "transactiontimeoutms",
-    "batchrecords", "batchbytes", "sortwithintask", "writeonce",
+    "batchrecords", "batchbytes", "sortwithintask", "writeonce", "sendoffsets",
+    "sendoffsetsgroupid",
 }  # fmt: skip
 
 _Client = TypeVar("_Client")
@@ -130,6 +131,10 @@ class SinkOptions:
     batch_bytes: int = 1024 * 1024
     sort_within_task: bool = True
     write_once: bool = False
+    #: Source offsets committed for ``send_offsets_group_id`` in the write's transaction
+    #: (a batch consume-transform-produce job: the output and its input's offsets at once).
+    send_offsets: Mapping[str, Mapping[int, int]] | None = None
+    send_offsets_group_id: str | None = None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -216,6 +221,32 @@ def _assign(given: dict[str, str]) -> dict[str, tuple[int, ...]] | None:
     return assign
 
 
+def _send_offsets(
+    given: dict[str, str], *, streaming: bool, exactly_once: bool
+) -> tuple[dict[str, dict[int, int]] | None, str | None]:
+    """``sendOffsets`` (JSON like ``startingOffsets``, offsets only) and the group they
+    are committed for, ``sendOffsetsGroupId``: both or neither, exactly-once batch only."""
+    group = given.get("sendoffsetsgroupid") or None
+    spec = _offsets_spec(given, "sendOffsets")
+    if (spec is None) != (group is None):
+        raise EosOptionError("options sendOffsets and sendOffsetsGroupId go together")
+    if spec is None:
+        return None, None
+    if streaming or not exactly_once:
+        raise EosOptionError(
+            "option sendOffsets is for exactly-once batch writes (a stream's offsets are "
+            "in its checkpoint)"
+        )
+    if not isinstance(spec, dict) or any(
+        o < 0 for parts in spec.values() for o in parts.values()
+    ):
+        raise EosOptionError(
+            'option sendOffsets: give the next offset to read per partition, JSON like '
+            '{"t": {"0": 23}}'
+        )
+    return spec, group
+
+
 def source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """The reader's options, checked; ``streaming`` refuses ``endingOffsets`` (as Kafka)."""
     given = _lower(options)
@@ -285,6 +316,9 @@ def sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
     if write_once and (streaming or mode != "exactly_once" or not given.get("transactionalid")):
         raise EosOptionError("option writeOnce is for exactly-once batch writes and needs "
                              "transactionalId (in foreachBatch: one per batch id)")  # fmt: skip
+    send_offsets, group = _send_offsets(
+        given, streaming=streaming, exactly_once=mode == "exactly_once"
+    )
     return SinkOptions(
         connection=connection(options),
         topic=given.get("topic") or None,
@@ -296,5 +330,7 @@ def sink_options(options: Mapping[str, str], *, streaming: bool) -> SinkOptions:
         batch_bytes=_int(given, "batchBytes", 1024 * 1024) or 1024 * 1024,
         sort_within_task=_bool(given, "sortWithinTask", True),
         write_once=write_once,
+        send_offsets=send_offsets,
+        send_offsets_group_id=group,
     )
 

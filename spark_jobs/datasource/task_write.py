@@ -48,12 +48,14 @@ from spark_jobs._wire import (
 from spark_jobs.datasource import planted_fault
 from spark_jobs.datasource.options import Connection
 from spark_jobs.datasource.records import row_fields, sort_key, target_of, wire_record
-from spark_jobs.writer import cut_batches
 
 #: Bytes counted for a record beside its key and value (offsets, framing, JSON).
 RECORD_OVERHEAD_BYTES = 48
 
 AddPartitions = Callable[[Sequence[TopicPartition]], None]
+#: Called by a task after each batch it wrote or skipped: (partition, the partition's batch
+#: index in the task). A test seam (a fault at a chosen point) and a progress hook.
+AfterBatch = Callable[[TopicPartition, int], None]
 
 
 @dataclass(frozen=True)
@@ -93,11 +95,34 @@ def rows_of(record_batches: Iterable[Any]) -> Iterator[dict[str, Any]]:
         yield from record_batch.to_pylist()
 
 
+def cut_batches(
+    records: Iterable[dict[str, Any]],
+    batch_records: int,
+    batch_bytes: int,
+    overhead: int = RECORD_OVERHEAD_BYTES,
+) -> Iterator[list[dict[str, Any]]]:
+    """The deterministic cut of a task's records for one partition: a batch closes at
+    ``batch_records`` records or before it would pass ``batch_bytes`` of keys and values
+    (each counted with ``overhead``), so every attempt of a task cuts the same batches and
+    numbers them with the same sequences."""
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for record in records:
+        length = len(record.get("key") or "") + len(record.get("value") or "") + overhead
+        if batch and (len(batch) >= batch_records or size + length > batch_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(record)
+        size += length
+    if batch:
+        yield batch
+
+
 def batches(
     records: Iterable[dict[str, Any]], spec: TaskWriteSpec
 ) -> Iterator[list[dict[str, Any]]]:
-    """The deterministic cut of ``write_atomic`` (``spark_jobs.writer.cut_batches``)."""
-    return cut_batches(records, spec.batch_records, spec.batch_bytes, RECORD_OVERHEAD_BYTES)
+    """A sorted task's cut of one partition's records (``cut_batches`` with its limits)."""
+    return cut_batches(records, spec.batch_records, spec.batch_bytes)
 
 
 class RowTargets:
@@ -223,6 +248,7 @@ def write_task(
     *,
     slot: int | None,
     add_partitions: AddPartitions | None,
+    after_batch: AfterBatch | None = None,
 ) -> Written:
     """A task's whole output in its slot. Sorted (``spec.sort``): grouped per target
     partition, sorted, the partitions added to the transaction (``add_partitions``; None:
@@ -246,10 +272,15 @@ def write_task(
             open_slot_senders(writer, new, spec, slot=slot, transactional=transactional)
         )
 
+    batch_index: dict[TopicPartition, int] = {}
+
     def written(tp: TopicPartition, batch: list[dict[str, Any]]) -> None:
         key = (tp.topic, tp.partition)
         message.records[key] = message.records.get(key, 0) + len(batch)
         planted_fault.after_written(message.total)
+        if after_batch is not None:
+            index = batch_index[tp] = batch_index.get(tp, -1) + 1
+            after_batch(tp, index)
 
     def send(tp: TopicPartition, batch: list[dict[str, Any]]) -> None:
         open_senders([tp])

@@ -86,6 +86,11 @@ def test_a_failed_write_is_aborted_and_invisible(spark: Any, cluster: Cluster) -
         ("value string", {"topic": "no-such-topic-dsw"}, "does not exist"),
         ("value string", {"mode": "twice"}, "option mode"),
         ("value string", {"transactionalid": "x", "lingerMs": "5"}, "unknown option"),
+        ("value string", {"sendOffsets": '{"t": {"0": 5}}'}, "go together"),
+        ("value string", {"sendOffsets": "latest", "sendOffsetsGroupId": "g"},
+         "next offset to read"),
+        ("value string", {"sendOffsets": '{"t": {"0": 5}}', "sendOffsetsGroupId": "g",
+                          "mode": "at_least_once"}, "exactly-once batch"),
     ],
 )
 def test_a_write_the_sink_cannot_take_fails_before_any_task(
@@ -100,6 +105,35 @@ def test_a_write_the_sink_cannot_take_fails_before_any_task(
     assert read_all(cluster.url, topic) == []
 
 
+def test_source_offsets_commit_with_the_output_and_alone_when_it_is_empty(
+    spark: Any, cluster: Cluster
+) -> None:
+    """``sendOffsets``: a batch consume-transform-produce job's input offsets commit in the
+    write's transaction (read stably: visible with the output); a write with no row still
+    moves them (a transform that filtered everything out)."""
+    from sdk import Consumer, TopicPartition
+
+    topic = cluster.create_topic(partitions=2, prefix="dsw")
+    source = TopicPartition("dsw-source", 1)
+    group = f"dsw-group-{topic}"
+
+    def committed() -> int | None:
+        with Consumer(cluster.url, group) as consumer:
+            found = consumer.committed([source], require_stable=True)[source]
+        return None if found is None else found.offset
+
+    offsets = '{"dsw-source": {"1": 40}}'
+    _writer(_rows(spark, 50), cluster, topic, sendOffsets=offsets,
+            sendOffsetsGroupId=group).save()  # fmt: skip
+    assert committed() == 40
+    assert len(read_all(cluster.url, topic)) == 50
+    empty = spark.createDataFrame([], "key string, value string")
+    _writer(empty, cluster, topic, sendOffsets='{"dsw-source": {"1": 75}}',
+            sendOffsetsGroupId=group).save()  # fmt: skip
+    assert committed() == 75
+    assert len(read_all(cluster.url, topic)) == 50
+
+
 def test_a_stream_sink_needs_its_prefix(cluster: Cluster) -> None:
     with pytest.raises(EosOptionError, match="transactionalIdPrefix"):
         sink_options({"bootstrap": cluster.url, "topic": "t"}, streaming=True)
@@ -107,3 +141,7 @@ def test_a_stream_sink_needs_its_prefix(cluster: Cluster) -> None:
         {"bootstrap": cluster.url, "topic": "t", "mode": "at_least_once"}, streaming=True
     )
     assert not relaxed.exactly_once
+    with pytest.raises(EosOptionError, match="a stream's offsets are in its checkpoint"):
+        sink_options({"bootstrap": cluster.url, "topic": "t", "transactionalIdPrefix": "q",
+                      "sendOffsets": '{"t": {"0": 1}}', "sendOffsetsGroupId": "g"},
+                     streaming=True)  # fmt: skip

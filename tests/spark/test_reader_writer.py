@@ -11,8 +11,10 @@ import pytest
 from sdk import Consumer, ProducerFencedError, TopicPartition, TransactionalProducer
 from spark_jobs._wire import SequencedPartitionWriter, TransactionSession
 from spark_jobs.check import compare, read_all
+from spark_jobs.datasource.options import Connection
+from spark_jobs.datasource.task_write import SlotSender, TaskWriteSpec, cut_batches
 from spark_jobs.reader import plan_ranges, read_ranges, read_topic
-from spark_jobs.writer import WriteOptions, default_partition, write_atomic, write_partition
+from spark_jobs.writer import WriteOptions, default_partition, write_atomic
 from tests.spark.helpers import fail_write_always, fail_write_first_attempt, produce_numbers, uid
 from tests.support.cluster import Cluster
 
@@ -117,36 +119,39 @@ def _session(cluster: Cluster, tps: list[TopicPartition]) -> TransactionSession:
 
 
 def test_an_attempt_behind_the_node_skips_what_another_attempt_wrote(cluster: Cluster) -> None:
-    """Two attempts of one write task: the second starts believing nothing is written
-    (as a speculative twin that asked before the first got going); its first batches are
-    older than the five the node remembers, so they come back out of order, and it learns
-    from the node that they are written."""
+    """Two attempts of one write task in one slot: the second starts believing nothing is
+    written (as a speculative twin that asked before the first got going); its first
+    batches are older than the five the node remembers, so they come back out of order,
+    and it learns from the node that they are written."""
     topic = cluster.create_topic(partitions=1, prefix="sink")
     tp = TopicPartition(topic, 0)
     session = _session(cluster, [tp])
     assert session.identity is not None
     records = [{"key": f"k{i}", "value": f"v{i}"} for i in range(100)]
-    options = WriteOptions(batch_records=10)
+    spec = TaskWriteSpec(Connection(cluster.url), topic, binary=False, batch_records=10,
+                         batch_bytes=1 << 20, sort=True)  # fmt: skip
+    cut = list(cut_batches(records, spec.batch_records, spec.batch_bytes))
+    assert len(cut) == 10
 
-    first = SequencedPartitionWriter(cluster.url, session.identity)
-    assert write_partition(first, tp, records, options) == (100, 0, 0)
+    def attempt(written: int) -> SlotSender:
+        writer = SequencedPartitionWriter(cluster.url, session.identity)
+        sender = SlotSender(writer, tp, spec, slot=3, transactional=True, written=written)
+        try:
+            for batch in cut:
+                sender.send(batch)
+        finally:
+            writer.close()
+        return sender
 
-    class Stale(SequencedPartitionWriter):
-        asked = 0
-
-        def last_sequence(self, tp: TopicPartition) -> int:
-            self.asked += 1
-            return -1 if self.asked == 1 else super().last_sequence(tp)
-
-    second = Stale(cluster.url, session.identity)
-    count, duplicates, skipped = write_partition(second, tp, records, options)
-    assert (count, duplicates + skipped) == (100, 10) and skipped >= 5
+    first = attempt(written=-1)
+    assert (first.duplicates, first.skipped) == (0, 0)
+    second = attempt(written=-1)  # stale: it never asked the node
+    assert second.duplicates + second.skipped == 10 and second.skipped >= 5
     session.commit()
     assert Counter(str(r.value) for r in read_all(cluster.url, topic)) == Counter(
         f"v{i}" for i in range(100)
     )
-    for client in (first, second, session):
-        client.close()
+    session.close()
 
 
 def test_a_task_of_an_earlier_write_is_fenced(cluster: Cluster) -> None:

@@ -10,10 +10,11 @@ import pytest
 
 from sdk import ConsumerRecord
 from spark_jobs.check import compare
+from spark_jobs.datasource.task_write import cut_batches
 from spark_jobs.examples import events
 from spark_jobs.reader import decode_records
 from spark_jobs.transforms import OutputRecord, build_transform, parse_options
-from spark_jobs.writer import WriteOptions, cut_batches
+from spark_jobs.writer import WriteOptions
 
 pytestmark = pytest.mark.unit
 

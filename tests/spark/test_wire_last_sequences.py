@@ -7,8 +7,8 @@ Shown here: one request per leader node answers every pair as the per-partition 
 a pair sent to a node that no longer leads its partition is looked up again and asked of
 the leader, alone; a node that answers the request 404 or 405 (an earlier release) is asked
 per partition, and remembered; a write task asks once per node when it starts; and the
-drivers' checks (the data source's ``check_written``, ``write_atomic``'s
-``_check_written``) ask once per node and still refuse a batch missing or a second copy."""
+driver's check (``check_written``, of the data source and of ``write_atomic``) asks once
+per node and still refuses a batch missing or a second copy."""
 
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ from spark_jobs._wire import SequencedPartitionWriter, SlotKey, TransactionSessi
 from spark_jobs.datasource.batch_write import EosBatchWriter, adder
 from spark_jobs.datasource.options import sink_options
 from spark_jobs.datasource.task_write import Written, check_written, write_task
-from spark_jobs.writer import WriteResult, _check_written
 from tests.spark.helpers import uid
 from tests.support.cluster import Cluster
 
@@ -278,31 +277,3 @@ def test_an_unsorted_task_opens_its_last_batches_with_one_request_per_node(
     assert attempts[1].duplicate_batches + attempts[1].skipped_batches == PARTITIONS
     check_written(options.connection, identity, attempts[:1])
     sink.abort(list(attempts))
-
-
-def test_write_atomics_check_asks_once_per_node_and_refuses_a_missing_or_extra_batch(
-    cluster: Cluster, written: Setup
-) -> None:
-    topic, writer = written.topic, written.writer
-    tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    for tp in tps:  # without a slot: write_atomic's tasks number in the producer's own
-        writer.produce(tp, 0, [{"value": f"a{i}"} for i in range(tp.partition + 2)])
-    result = WriteResult("t", writer.identity.producer_id, writer.identity.producer_epoch,
-                         records={tp: tp.partition + 2 for tp in tps})  # fmt: skip
-    probe = SequencedPartitionWriter(cluster.url, writer.identity)
-    seam = counted(probe)
-    try:
-        _check_written(probe, result)
-        assert seam.requests[DESCRIBE] == len(leader_nodes(probe, tps))
-        assert seam.requests[GET_PRODUCERS] == 0
-        short = WriteResult("t", result.producer_id, result.producer_epoch,
-                            records={**result.records, tps[2]: 5})  # fmt: skip
-        with pytest.raises(RuntimeError, match=rf"{topic}-2: 5 records expected, the node has "
-                           r"sequences up to 3; not committing"):  # fmt: skip
-            _check_written(probe, short)
-        writer.produce(tps[4], 6, [{"value": "second copy"}])
-        with pytest.raises(RuntimeError, match=rf"{topic}-4: 6 records expected, the node has "
-                           r"sequences up to 6; not committing"):  # fmt: skip
-            _check_written(probe, result)
-    finally:
-        probe.close()
