@@ -279,6 +279,7 @@ def create_app(
         try:
             await leases.start()
             tasks.append(asyncio.create_task(md.run_reconciler(), name="reconciler"))
+            tasks.append(asyncio.create_task(md.deleter.run_forever(), name="topic-deletion"))
             tasks.append(asyncio.create_task(acl_rules.run_forever(), name="acls"))
             tasks.append(asyncio.create_task(instances.run_forever(), name="heartbeat"))
             tasks.append(asyncio.create_task(md.run_refresher(), name="metadata"))

@@ -28,7 +28,10 @@ from eos_protocol.states import TransactionState
 WINDOW_S = 10.0
 
 #: Background loops that report entries set aside (the ``loop`` label).
-LOOPS = ("reconciler", "markers", "expiry", "acls", "leases", "controller", "hanging")
+LOOPS = (
+    "reconciler", "markers", "expiry", "acls", "leases", "controller", "hanging",
+    "topic-deletion",
+)
 
 class CoordinatorMetrics:
     def __init__(self) -> None:

@@ -64,7 +64,9 @@ def reports_errors(fn: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
-topics = typer.Typer(help="Create, alter, list and describe topics.", no_args_is_help=True)
+topics = typer.Typer(
+    help="Create, alter, delete, list and describe topics.", no_args_is_help=True
+)
 transactions = typer.Typer(help="List, describe and abort transactions.", no_args_is_help=True)
 producers = typer.Typer(help="Producers with state on a partition.", no_args_is_help=True)
 
@@ -129,6 +131,29 @@ def topics_alter(
     with AdminClient(bootstrap) as admin:
         info = admin.alter_topic(name, retention_ms=retention_ms, retention_bytes=retention_bytes)
     out.print(f"altered {info.name}: {_retention(info.retention_ms, info.retention_bytes)}")
+
+
+@topics.command("delete")
+@reports_errors
+def topics_delete(
+    name: str,
+    missing_ok: Annotated[
+        bool, typer.Option("--missing-ok", help="A topic that does not exist is no error.")
+    ] = False,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Delete a topic and every record in it (needs delete on the topic). It is gone at
+    once; the storage nodes remove its replicas within seconds, and the name can be
+    created again once they have."""
+    with AdminClient(bootstrap) as admin:
+        deleted = admin.delete_topic(name, missing_ok=missing_ok)
+    if deleted is None:
+        out.print(f"{name} does not exist: nothing to delete")
+        return
+    out.print(
+        f"deleted {deleted.name} ({deleted.partitions} partitions); storage nodes "
+        f"{', '.join(map(str, deleted.pending_nodes)) or 'none'} remove its replicas"
+    )
 
 
 def _retention(ms: int, size: int) -> str:

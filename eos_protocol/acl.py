@@ -41,8 +41,8 @@ class ResourceType(StrEnum):
 
 
 class Operation(StrEnum):
-    """What a binding allows or denies. ``all`` covers every operation; ``read``, ``write``
-    and ``alter`` each imply ``describe``, as in Kafka."""
+    """What a binding allows or denies. ``all`` covers every operation; ``read``, ``write``,
+    ``alter`` and ``delete`` each imply ``describe``, as in Kafka."""
 
     ALL = "all"
     READ = "read"
@@ -50,6 +50,7 @@ class Operation(StrEnum):
     CREATE = "create"
     DESCRIBE = "describe"
     ALTER = "alter"
+    DELETE = "delete"
 
 
 class PatternType(StrEnum):
@@ -71,6 +72,7 @@ OPERATIONS: dict[ResourceType, frozenset[Operation]] = {
             Operation.CREATE,
             Operation.DESCRIBE,
             Operation.ALTER,
+            Operation.DELETE,
             Operation.ALL,
         }
     ),

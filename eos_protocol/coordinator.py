@@ -196,6 +196,20 @@ class LiveCoordinators(AnswerModel):
     coordinators: list[NodeInfo]
 
 
+class DeleteTopicResponse(AnswerModel):
+    """A topic deleted: gone from the metadata now (every request about it answers
+    UNKNOWN_TOPIC_OR_PARTITION); its replicas are removed from the storage nodes in the
+    background, and the name can be created again once every node has confirmed."""
+
+    model_config = examples({"name": "orders-old", "partitions": 3, "pending_nodes": [1, 2, 3]})
+
+    name: str
+    partitions: int = Field(description="How many partitions the topic had.")
+    pending_nodes: list[int] = Field(
+        description="The storage nodes still to confirm that they removed its replicas."
+    )
+
+
 class CreateTopicRequest(WireModel):
     """A new topic, its partition count and how it is replicated."""
 
@@ -520,6 +534,7 @@ __all__ = [
     "AddProducerPartitionRequest",
     "AlterTopicConfigRequest",
     "CreateTopicRequest",
+    "DeleteTopicResponse",
     "EndTransactionRequest",
     "EndTransactionResponse",
     "FindCoordinatorResponse",

@@ -495,6 +495,42 @@ class CreatePartitionsResponse(AnswerModel):
     partitions: list[CreatedPartition]
 
 
+#: The most topics one ``POST /internal/v1/topics/delete`` may name.
+MAX_TOPICS_PER_DELETE = 1_000
+
+
+class DeleteTopicsOnNodeRequest(WireModel):
+    """Topics deleted from the cluster whose replicas this node must remove (coordinators
+    only): every partition of each topic this node holds is closed, forgotten and its
+    directory deleted. Naming a topic the node holds nothing of is not an error (the
+    coordinator asks every node, and asks again until each has answered)."""
+
+    model_config = examples({"topics": ["orders-old"]})
+
+    topics: list[str] = Field(min_length=1, max_length=MAX_TOPICS_PER_DELETE)
+
+
+class DeletedTopicOnNode(AnswerModel):
+    topic: str
+    partitions_deleted: int = Field(
+        description="How many partitions of the topic this node held and removed now "
+        "(0: none held, already removed)."
+    )
+    error: EntryError | None = Field(
+        default=None, description="Why this topic was refused (null: none of it is left here)."
+    )
+
+
+class DeleteTopicsOnNodeResponse(AnswerModel):
+    """One answer per topic, in the order asked."""
+
+    model_config = examples(
+        {"topics": [{"topic": "orders-old", "partitions_deleted": 3, "error": None}]}
+    )
+
+    topics: list[DeletedTopicOnNode]
+
+
 class PartitionSummary(AnswerModel):
     topic: str
     partition: int
@@ -511,12 +547,16 @@ class ListPartitionsResponse(AnswerModel):
 __all__ = [
     "MAX_DESCRIBE_ENTRIES",
     "MAX_PARTITIONS_PER_CREATE",
+    "MAX_TOPICS_PER_DELETE",
     "CommittedOffset",
     "CreatePartitionRequest",
     "CreatePartitionResponse",
     "CreatePartitionsRequest",
     "CreatePartitionsResponse",
     "CreatedPartition",
+    "DeleteTopicsOnNodeRequest",
+    "DeleteTopicsOnNodeResponse",
+    "DeletedTopicOnNode",
     "DescribeProducersEntry",
     "DescribeProducersManyRequest",
     "DescribeProducersManyResponse",

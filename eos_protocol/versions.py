@@ -44,13 +44,17 @@ TRANSACTION_VERSION_2 = 2
 #: * 3: ``slot`` in a storage node's produce request and ``?slot=`` in its describe-producers
 #:   (several sequence spaces under one producer: the Spark sink's tasks sharing one
 #:   transaction).
-PROTOCOL_VERSION = 3
+#: * 4: ``DELETE /v1/topics/{topic}`` and the ``delete`` operation of topic ACLs; a storage
+#:   node's ``POST /internal/v1/topics/delete``.
+PROTOCOL_VERSION = 4
 #: The protocol of a cluster whose metadata names no features.
 PREVIOUS_PROTOCOL_VERSION = 1
 #: The protocol of release 0.3.0: what a request added by it needs.
 PROTOCOL_0_3_0 = 2
 #: What a produce request naming a ``slot`` needs (older nodes refuse the field).
 PROTOCOL_SLOTS = 3
+#: What ``DELETE /v1/topics/{topic}`` needs.
+PROTOCOL_TOPIC_DELETION = 4
 
 
 class FeatureRange(AnswerModel):
@@ -77,7 +81,7 @@ class ClusterFeatures(AnswerModel):
     A field left out means the previous release's level of that feature."""
 
     model_config = examples(
-        {"release": "0.3.0", "protocol": 3, "transaction_version": {"min": 1, "max": 2}}
+        {"release": "0.3.0", "protocol": 4, "transaction_version": {"min": 1, "max": 2}}
     )
 
     release: str | None = Field(

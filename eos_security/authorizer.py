@@ -26,7 +26,9 @@ from eos_protocol.acl import (
 )
 
 MAX_CACHED_DECISIONS = 100_000
-IMPLIES_DESCRIBE = frozenset({Operation.READ, Operation.WRITE, Operation.ALTER})
+IMPLIES_DESCRIBE = frozenset(
+    {Operation.READ, Operation.WRITE, Operation.ALTER, Operation.DELETE}
+)
 
 DecisionKey = tuple[str, ResourceType, str, Operation]
 

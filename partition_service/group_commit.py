@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from eos_protocol.errors import KafkaStorageError
+from eos_protocol.errors import KafkaStorageError, UnknownTopicOrPartitionError
 from partition_service.log.engine import PartitionEngine
 from partition_service.log.log import Checkpoint
 
@@ -71,6 +71,7 @@ class GroupCommitter:
         self._last_checkpoint_at = time.monotonic()
         self._checkpointed_offset = -1
         self.failed: BaseException | None = None
+        self.abandoned: str | None = None  # why nothing more is made durable (deleted)
         self.fsyncs = 0
         self.inline_fsyncs = 0
 
@@ -109,10 +110,23 @@ class GroupCommitter:
         """Settle the waiters of offsets below ``target`` (on the event loop)."""
         self._release(target)
 
+    def abandon(self, why: str) -> None:
+        """Make nothing more durable, once the loop has ended (``stop_loop``): the
+        partition is deleted, its files about to go. Every waiter, and every later wait,
+        is answered UNKNOWN_TOPIC_OR_PARTITION with ``why``: a batch not durable yet never
+        will be, so it must not be acknowledged."""
+        self.abandoned = why
+        for _offset, future in self._waiters:
+            if not future.done():
+                future.set_exception(UnknownTopicOrPartitionError(why))
+        self._waiters = []
+
     async def wait_durable(self, offset: int) -> None:
         """Return once every offset below ``offset`` is durable."""
         if self.failed is not None:
             raise KafkaStorageError(f"partition storage failed: {self.failed}")
+        if self.abandoned is not None:
+            raise UnknownTopicOrPartitionError(self.abandoned)
         if offset <= self.engine.durable_offset:
             return
         if not self.fsync_enabled:

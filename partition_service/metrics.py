@@ -6,6 +6,7 @@ from the registry, so they cost nothing between scrapes.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -69,6 +70,16 @@ class NodeMetrics:
             registry=self.prometheus,
         )
         self.prometheus.register(_PartitionCollector(registry))
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop the per-topic series of a topic deleted here: a deleted topic's counters
+        would be scraped forever, and a topic created again under its name would go on
+        from them. (The per-partition gauges are read from the registry at each scrape,
+        so a deleted partition's are gone with it.)"""
+        for counter in (self.produced_records, self.deleted_segments, self.deleted_bytes,
+                        self.compacted_copies):  # fmt: skip
+            with contextlib.suppress(KeyError):  # never counted here
+                counter.remove(topic)
 
     def render(self) -> bytes:
         return generate_latest(self.prometheus)

@@ -89,6 +89,22 @@ class Partition:
         await self.committer.stop()
         self.engine.close()
 
+    async def discard(self) -> None:
+        """Stop serving for good: its topic is deleted (``PartitionRegistry.delete_topics``,
+        which has already taken it out of the registry). Unlike ``stop`` nothing is flushed
+        or checkpointed, as its directory goes next. Every request still holding it is
+        answered UNKNOWN_TOPIC_OR_PARTITION (``Role.require_present``): a batch waiting to
+        be durable or replicated, a long poll (woken here), a marker; the followers' view
+        goes with the leadership, so a replica fetch parked here answers that this node
+        stopped leading. Then the files are closed: nothing may read or write them after,
+        as their descriptors' numbers are soon another file's."""
+        self.role.deleted = True
+        self.role.leader = None
+        await self.committer.stop_loop()
+        self.committer.abandon(f"partition {self.topic}-{self.index} was deleted")
+        self.notify()
+        self.engine.close()
+
     def finish(self) -> int:
         """The part of ``stop`` after the commit loop has ended (``stop_loop``): the final
         flush and checkpoint, then the files closed; its durable offset. No event loop
@@ -330,6 +346,7 @@ class Partition:
         the dict of every record is built and freed without a collection in between."""
         deadline = time.monotonic() + max_wait_ms / 1000
         while True:
+            self.role.require_present()  # deleted during the wait: its files are closed
             with collector_paused():
                 result = self.engine.read(
                     offset,

@@ -1,15 +1,26 @@
-"""The partitions this node leads, found on disk at start and created on request.
+"""The partitions this node leads, found on disk at start, created and deleted on request.
 
 Each partition is a directory ``<topic>-<partition>`` under the data directory. Creating
 one is idempotent and durable (the directory entry is fsynced) so a partition the
 coordinator was told exists survives a crash of the node.
+
+Deleting a topic's partitions (``delete_topics``) renames each directory to a grave,
+``<topic>-<partition>.deleted-<hex>``, a name no partition can have, and fsyncs the data
+directory once: from then on the partitions are gone, whatever happens to the node. The
+graves are removed on a worker thread after; one left by a crash is removed at the next
+start (``load_all``), never loaded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
@@ -17,6 +28,7 @@ from typing import NamedTuple
 from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, topic_name_problem
 from eos_protocol.errors import (
     InvalidRequestError,
+    KafkaStorageError,
     NotCoordinatorError,
     UnknownTopicOrPartitionError,
 )
@@ -34,6 +46,11 @@ INLINE_CREATES = 8
 #: Threads a stopping node flushes and checkpoints its partitions on (fsyncs of
 #: different files, which the disk serves side by side).
 STOP_THREADS = 16
+#: How long a deletion works on the event loop before it lets other work run.
+DELETE_SLICE_S = 0.02
+#: What a deleted partition's directory name is given before the directory is removed.
+GRAVE_MARK = ".deleted-"
+_GRAVE = re.compile(r"(?P<partition>.+-[0-9]+)\.deleted-[0-9a-f]+")
 
 
 class NewPartition(NamedTuple):
@@ -57,6 +74,37 @@ def parse_directory_name(name: str) -> tuple[str, int] | None:
     return topic, int(number)
 
 
+def grave_name(directory: str) -> str:
+    """The name a deleted partition's directory is renamed to: never a partition's, as
+    its last ``-`` is followed by something that is not a number (hex with a letter)."""
+    while True:
+        token = secrets.token_hex(8)
+        if not token.isdigit():
+            return f"{directory}{GRAVE_MARK}{token}"
+
+
+def is_grave(name: str) -> bool:
+    """Whether ``name`` is a deleted partition's directory (``grave_name``). A partition's
+    own name never is, even one whose topic has ``.deleted-`` in it."""
+    if parse_directory_name(name) is not None:
+        return False
+    found = _GRAVE.fullmatch(name)
+    return found is not None and parse_directory_name(found["partition"]) is not None
+
+
+def remove_graves(graves: Sequence[Path]) -> None:
+    """Remove deleted partitions' directories (on a worker thread: a log of gigabytes
+    takes a while); one that cannot be removed is logged, and tried again at the next
+    start."""
+    for grave in graves:
+        try:
+            shutil.rmtree(grave)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("%s not removed (%s); removed at the next start", grave, exc)
+
+
 class PartitionRegistry:
     def __init__(
         self,
@@ -75,12 +123,20 @@ class PartitionRegistry:
         self.limits = limits
         self.group_offset_partitions = group_offset_partitions
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # held by creations and deletions alike: a partition created while its topic is
+        # deleted must not open the old directory before it is renamed
         self._create_lock = asyncio.Lock()
+        self._removals: set[asyncio.Task[None]] = set()  # graves being removed
 
     def load_all(self) -> int:
-        """Open every partition found on disk (recovering each); returns how many."""
+        """Open every partition found on disk (recovering each); returns how many. The
+        graves a deletion left (the node stopped before it removed them) are removed."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for path in sorted(self.data_dir.iterdir()):
+            if path.is_dir() and is_grave(path.name):
+                log.info("removing %s, a deleted partition's directory", path)
+                remove_graves([path])
+                continue
             parsed = parse_directory_name(path.name) if path.is_dir() else None
             if parsed is None:
                 if path.is_dir() and path.name.rpartition("-")[2].isdigit():
@@ -117,6 +173,8 @@ class PartitionRegistry:
         """Stop every partition: their commit loops, then their final flush and checkpoint
         side by side on threads. One after the other, the three fsyncs of each took a node
         of 5,000 partitions over five seconds to stop; the disk takes them in parallel."""
+        if self._removals:
+            await asyncio.gather(*self._removals, return_exceptions=True)
         partitions = list(self.partitions.values())
         for partition in partitions:
             await partition.committer.stop_loop()
@@ -213,6 +271,86 @@ class PartitionRegistry:
                 opened.clear()
                 return exc
         return failure
+
+    async def delete_topics(
+        self, topics: Collection[str], *, on_removed: Callable[[Partition], None]
+    ) -> dict[str, int]:
+        """Delete every partition of ``topics`` held here; how many of each (0: none held,
+        already deleted or never created). The names must be legal topic names.
+
+        Each partition leaves the registry first, all at once, so that every new request
+        for it is answered UNKNOWN_TOPIC_OR_PARTITION; ``on_removed`` is told of each (to
+        stop its replication), then it is discarded (``Partition.discard``: requests
+        still holding it are answered, its files closed), in slices of ``DELETE_SLICE_S``
+        between which the node's other work runs (its heartbeat above all). Then, on a
+        worker thread, every directory of those topics in the data directory (also one
+        the registry did not hold) is renamed to a grave and the data directory fsynced:
+        the deletion is durable when this returns. The graves are removed after, on a
+        worker thread too.
+
+        KAFKA_STORAGE_ERROR when a directory could not be renamed or the rename made
+        durable: the partitions are not served any more, but their directories may come
+        back at the next start, so the caller must ask again (and a retry renames them).
+
+        Shielded, as a creation is: a caller that goes away must not leave partitions out
+        of the registry but still on disk, to come back at the next start.
+        """
+        return await asyncio.shield(self._delete_topics(set(topics), on_removed))
+
+    async def _delete_topics(
+        self, wanted: set[str], on_removed: Callable[[Partition], None]
+    ) -> dict[str, int]:
+        async with self._create_lock:
+            doomed = [(key, p) for key, p in self.partitions.items() if key[0] in wanted]
+            for key, _partition in doomed:
+                del self.partitions[key]
+            slice_started = time.monotonic()
+            for _key, partition in doomed:
+                if time.monotonic() - slice_started > DELETE_SLICE_S:
+                    await asyncio.sleep(0)
+                    slice_started = time.monotonic()
+                try:
+                    on_removed(partition)
+                    await partition.discard()
+                except Exception:  # one partition's failure must not keep the others
+                    log.exception("%s-%d not closed cleanly", partition.topic, partition.index)
+            found, graves, failure = await asyncio.to_thread(self._bury, wanted)
+        if graves:
+            removal = asyncio.create_task(asyncio.to_thread(remove_graves, graves),
+                                          name="remove deleted partitions")  # fmt: skip
+            self._removals.add(removal)
+            removal.add_done_callback(self._removals.discard)
+        if failure is not None:
+            raise KafkaStorageError(f"deleted partitions' directories not removed: {failure}")
+        for (topic, index), _partition in doomed:
+            found.setdefault(topic, set()).add(index)
+        return {topic: len(found.get(topic, ())) for topic in wanted}
+
+    def _bury(self, topics: set[str]) -> tuple[dict[str, set[int]], list[Path], OSError | None]:
+        """Rename every partition directory of ``topics`` to a grave, then fsync the data
+        directory once; the partitions found on disk by topic, the graves, and the error
+        that stopped it, if any (what was renamed before it is made durable all the same)."""
+        found: dict[str, set[int]] = {}
+        graves: list[Path] = []
+        failure: OSError | None = None
+        try:
+            with os.scandir(self.data_dir) as entries:  # read whole before renaming in it
+                doomed = [(e.name, parsed) for e in entries if e.is_dir()
+                          and (parsed := parse_directory_name(e.name)) is not None
+                          and parsed[0] in topics]  # fmt: skip
+            for name, (topic, index) in doomed:
+                grave = self.data_dir / grave_name(name)
+                os.rename(self.data_dir / name, grave)
+                graves.append(grave)
+                found.setdefault(topic, set()).add(index)
+        except OSError as exc:
+            failure = exc
+        if graves:
+            try:
+                fsync_directory(self.data_dir)
+            except OSError as exc:
+                failure = failure or exc
+        return found, graves, failure
 
     def get(self, topic: str, index: int) -> Partition:
         partition = self.partitions.get((topic, index))

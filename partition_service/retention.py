@@ -84,6 +84,8 @@ class RetentionLoop:
         engine = partition.engine
         if partition.committer.failed is not None:
             return NOTHING  # storage failed: touch nothing more
+        if partition.role.deleted:
+            return NOTHING  # deleted while the pass cleaned others: its files are closed
         if not partition.role.leads:
             if partition.leader_log_start is None:
                 return NOTHING

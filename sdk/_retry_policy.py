@@ -28,6 +28,7 @@ class Req(enum.StrEnum):
     TOPIC = "topic"
     CREATE_TOPIC = "create_topic"
     ALTER_TOPIC = "alter_topic"
+    DELETE_TOPIC = "delete_topic"
     FIND_COORDINATOR = "find_coordinator"
     INIT_PRODUCER_ID = "init_producer_id"
     INIT_TRANSACTIONS = "init_transactions"
@@ -124,6 +125,8 @@ POLICIES: dict[Req, RetryPolicy] = {
     # It waits for the partitions to be created on their nodes: the longer timeout.
     Req.CREATE_TOPIC: RetryPolicy(idempotent=False, coordinator=False),
     Req.ALTER_TOPIC: RetryPolicy(idempotent=True),  # a repeat sets the same values
+    # A second delete after a lost answer would say UNKNOWN_TOPIC_OR_PARTITION.
+    Req.DELETE_TOPIC: RetryPolicy(idempotent=False),
     Req.FIND_COORDINATOR: RetryPolicy(idempotent=True),
     # A lost answer only wastes a producer id.
     Req.INIT_PRODUCER_ID: RetryPolicy(idempotent=True),

@@ -28,13 +28,18 @@ from eos_protocol.acl import (
 from eos_protocol.common import read_answer
 from eos_protocol.coordinator import (
     AlterTopicConfigRequest,
+    DeleteTopicResponse,
     FindCoordinatorResponse,
     MetadataResponse,
     TopicInfo,
     TransactionDescription,
     TransactionListing,
 )
-from eos_protocol.errors import GroupIdNotFoundError, TopicAlreadyExistsError
+from eos_protocol.errors import (
+    GroupIdNotFoundError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from eos_protocol.groups import (
     GroupDescription,
     GroupList,
@@ -51,7 +56,7 @@ from eos_protocol.hanging import (
 from eos_protocol.node import PartitionOffsets, ProducerDescription
 from eos_protocol.paths import segment
 from eos_protocol.states import TransactionState
-from eos_protocol.versions import PROTOCOL_0_3_0, ClusterFeatures
+from eos_protocol.versions import PROTOCOL_0_3_0, PROTOCOL_TOPIC_DELETION, ClusterFeatures
 from sdk._config import USE_DEFAULT, RetryConfig, TimeoutArg, resolve_timeout
 from sdk._metadata import (
     Bootstrap,
@@ -202,6 +207,31 @@ class AdminClient:
             timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
         )
         return read_answer(TopicInfo, body)
+
+    def delete_topic(
+        self, name: str, *, missing_ok: bool = False, timeout: TimeoutArg = USE_DEFAULT
+    ) -> DeleteTopicResponse | None:
+        """Delete a topic (needs delete on it). It is gone from the metadata when this
+        returns; the storage nodes remove its replicas in the background, and the name
+        can be created again once they have (``pending_nodes`` of the answer; a create
+        before that answers TOPIC_ALREADY_EXISTS). With ``missing_ok`` a topic that does
+        not exist is no error (None)."""
+        require_protocol(self._features(timeout), PROTOCOL_TOPIC_DELETION, "delete_topic")
+        try:
+            body = self._http.call(
+                Req.DELETE_TOPIC,
+                "DELETE",
+                topic_path(name),
+                base=self._bootstrap,
+                timeout_s=resolve_timeout(timeout, _DEFAULT_TIMEOUT_MS),
+            )
+        except UnknownTopicOrPartitionError:
+            if not missing_ok:
+                raise
+            return None
+        finally:
+            self._metadata.invalidate_topic(name)
+        return read_answer(DeleteTopicResponse, body)
 
     def create_topics(
         self, topics: dict[str, int], *, exist_ok: bool = False, timeout: TimeoutArg = USE_DEFAULT

@@ -15,6 +15,7 @@ from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, Empty
 from eos_protocol.coordinator import (
     AlterTopicConfigRequest,
     CreateTopicRequest,
+    DeleteTopicResponse,
     FindCoordinatorResponse,
     KeyType,
     MetadataResponse,
@@ -121,6 +122,26 @@ async def alter_topic_config(
     return await services.metadata.alter_retention(
         topic, body.retention_ms, body.retention_bytes
     )
+
+
+@router.delete(
+    "/topics/{topic}",
+    operation_id="deleteTopic",
+    summary="Delete a topic",
+    description="Needs delete on the topic. The topic leaves the metadata at once (every "
+    "request about it answers UNKNOWN_TOPIC_OR_PARTITION from then on, and a transaction's "
+    "markers for it are dropped); the storage nodes remove its replicas in the background, "
+    "and the name can be created again once each has confirmed (TOPIC_ALREADY_EXISTS "
+    "until then, naming the nodes still to confirm). Internal topics cannot be deleted.",
+    response_model=DeleteTopicResponse,
+    responses=error_responses(
+        "INVALID_REQUEST", "UNKNOWN_TOPIC_OR_PARTITION", "UNAUTHENTICATED",
+        "TOPIC_AUTHORIZATION_FAILED",
+    ),
+)
+async def delete_topic(topic: str, services: ServicesDep, caller: Caller) -> DeleteTopicResponse:
+    await services.access.require(caller, ResourceType.TOPIC, topic, Operation.DELETE)
+    return await services.metadata.delete_topic(topic)
 
 
 @router.get(

@@ -45,11 +45,17 @@ from coordinator_service.controller.topic_config import (
     alter_retention,
     check_alterable,
 )
+from coordinator_service.controller.topic_deletion import (
+    TopicDeleter,
+    delete_topic_rows,
+    nodes_deleting,
+    settle_ms_for,
+)
 from coordinator_service.db.engine import Database, serialize_first_start
 from coordinator_service.db.schema import cluster, coordinator_instances, topic_partitions, topics
 from coordinator_service.metrics import CoordinatorMetrics
 from eos_protocol.common import CONSUMER_OFFSETS_TOPIC
-from eos_protocol.coordinator import NodeInfo, PartitionInfo, TopicInfo
+from eos_protocol.coordinator import DeleteTopicResponse, NodeInfo, PartitionInfo, TopicInfo
 from eos_protocol.errors import (
     InvalidRequestError,
     TopicAlreadyExistsError,
@@ -107,6 +113,13 @@ def _insert_topic(
     replication: TopicReplication = ONE_REPLICA,
     retention: TopicRetention = UNLIMITED,
 ) -> None:
+    deleting = nodes_deleting(conn, name)
+    if deleting:
+        raise TopicAlreadyExistsError(
+            f"topic {name!r} is being deleted: storage node(s) "
+            f"{', '.join(map(str, deleting))} have not yet removed its replicas; it can be "
+            "created again once they have"
+        )
     conn.execute(
         topics.insert().values(
             name=name, partitions=len(placement), internal=internal, created_ms=now_ms,
@@ -292,6 +305,11 @@ class Metadata:
             interval_ms=reconcile_interval_ms, metrics=self.metrics,
             on_state=self._creation_state,
         )
+        self.deleter = TopicDeleter(
+            db, nodes=self.nodes, client=client, internal_token=internal_token,
+            interval_ms=reconcile_interval_ms, clock=clock, metrics=self.metrics,
+            settle_ms=settle_ms_for(client.timeout.read),
+        )
 
     # --- lookups -------------------------------------------------------------------------
 
@@ -337,9 +355,13 @@ class Metadata:
             # make (with thousands of partitions, loading each second was most of an
             # idle coordinator's CPU)
             return
-        if self._created == created:
+        whole = self._created == created
+        if whole:
             self._topics = {}
         self._load(topic_rows, rows)
+        if whole:  # a partition of a topic deleted since is forgotten too
+            present = {(r.topic, int(r.partition)) for r in rows}
+            self._partitions = {k: v for k, v in self._partitions.items() if k in present}
         self._last_read = read
         self._touched_at_read = touched if self._touched == touched else None
 
@@ -395,8 +417,17 @@ class Metadata:
     async def _reload_topic(self, name: str) -> None:
         topic_rows, rows = await self._db.run(_load_topic, name)
         if not topic_rows:
+            self._forget(name)  # deleted (by another instance, maybe) since it was cached
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         self._load(topic_rows, rows)
+
+    def _forget(self, name: str) -> None:
+        """Drop a topic and its partitions from the cache."""
+        if self._topics.pop(name, None) is None:
+            return
+        self._touched += 1
+        self._counts = None
+        self._partitions = {k: v for k, v in self._partitions.items() if k[0] != name}
 
     def _topic_info(self, name: str) -> TopicInfo:
         topic = self._topics[name]
@@ -497,6 +528,17 @@ class Metadata:
         check_alterable(name, retention_ms, retention_bytes)
         await self._db.run(alter_retention, name, retention_ms, retention_bytes)
         return await self.topic(name)
+
+    async def delete_topic(self, name: str) -> DeleteTopicResponse:
+        """Delete a topic: gone from the metadata now, its replicas removed by the nodes
+        in the background (``topic_deletion``)."""
+        nodes = list(self.nodes)
+        partitions = await self._db.run(delete_topic_rows, name, nodes, self._clock.now_ms())
+        self._forget(name)
+        self.deleter.wake()
+        log.info("topic %s deleted (%d partitions); its replicas go from nodes %s",
+                 name, partitions, nodes)  # fmt: skip
+        return DeleteTopicResponse(name=name, partitions=partitions, pending_nodes=nodes)
 
     def _creation_state(self, key: PartitionKey, created: bool, error: str | None) -> None:
         self._touched += 1

@@ -96,6 +96,18 @@ topic_partitions = sa.Table(
     sa.Column("created_replicas", sa.Text, nullable=False, server_default="[]"),
 )
 
+# Deleted topics whose replicas a storage node has not yet confirmed removing: a row per
+# (topic, node). The name cannot be created again while a row of it is left
+# (controller/topic_deletion.py).
+topic_deletions = sa.Table(
+    "topic_deletions",
+    metadata,
+    sa.Column("topic", sa.String(249), primary_key=True),
+    sa.Column("node_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("deleted_ms", sa.BigInteger, nullable=False),
+    sa.Column("partitions", sa.Integer, nullable=False),
+)
+
 # When each storage node was last heard from: a node is alive while its heartbeat is
 # younger than node_session_timeout_ms (the controller's clock).
 node_heartbeats = sa.Table(

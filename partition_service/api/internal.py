@@ -1,6 +1,7 @@
 """Endpoints for coordinators only: transaction markers, partition creation (one at a
-time, or many in one request), the controller's batched partition states, and the open
-transactions the hanging-transaction detector compares with its own state.
+time, or many in one request), the removal of deleted topics' replicas, the controller's
+batched partition states, and the open transactions the hanging-transaction detector
+compares with its own state.
 
 Every route here requires the cluster's internal token (checked in constant time); a
 request without it is refused before anything is read or written.
@@ -15,7 +16,7 @@ import time
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import Response
 
-from eos_protocol.common import topic_name_problem
+from eos_protocol.common import CONSUMER_OFFSETS_TOPIC, topic_name_problem
 from eos_protocol.errors import EosError, InvalidRequestError
 from eos_protocol.hanging import OpenTransactionsResponse
 from eos_protocol.node import (
@@ -23,6 +24,8 @@ from eos_protocol.node import (
     CreatePartitionResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
+    DeleteTopicsOnNodeRequest,
+    DeleteTopicsOnNodeResponse,
     ListPartitionsResponse,
     MarkerPartitionResult,
     WriteMarkersRequest,
@@ -34,12 +37,13 @@ from eos_server.fastpath import FastCall, fast_path
 from eos_server.logs import txn_fields
 from partition_service.api.records import PartitionPath, TopicPath, json_response
 from partition_service.context import Node, NodeContext
-from partition_service.partition import now_ms
+from partition_service.partition import Partition, now_ms
 from partition_service.registry import NewPartition
 from partition_service.replication.role import Assignment
 
 log = logging.getLogger("eos.node.markers")
 replication_log = logging.getLogger("eos.node.replication")
+deletion_log = logging.getLogger("eos.node.topic_deletion")
 
 #: How long the batched state push works on the event loop before it lets other work run.
 PUSH_SLICE_S = 0.02
@@ -201,6 +205,69 @@ async def create_partitions(body: CreatePartitionsRequest, node: Node) -> Respon
         if answer["error"] is None:
             answer["created"] = next(created)
     return json_response({"partitions": answers})
+
+
+def deletion_problem(topic: str) -> str | None:
+    """Why ``topic`` cannot be deleted on a node (None: it can). The offsets topic holds
+    every group's committed offsets and no client can make it again: never removed."""
+    problem = topic_name_problem(topic)
+    if problem is None and topic == CONSUMER_OFFSETS_TOPIC:
+        problem = "an internal topic cannot be deleted"
+    return problem
+
+
+@router.post(
+    "/topics/delete",
+    operation_id="deleteTopicsOnNode",
+    summary="Remove every replica of deleted topics from this node (coordinators only)",
+    response_model=DeleteTopicsOnNodeResponse,
+    responses=error_responses(
+        "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED", "KAFKA_STORAGE_ERROR"
+    ),
+)
+async def delete_topics_on_node(body: DeleteTopicsOnNodeRequest, node: Node) -> Response:
+    """A deleted topic leaves the coordinators' metadata first; their deleter then asks
+    every node, again until each has answered, to remove its replicas. Idempotent: a
+    topic this node holds nothing of (never had, or removed already) is answered
+    ``partitions_deleted: 0``, not refused.
+
+    One answer per topic, in the order asked, each on its own. An entry's error is a
+    refusal the coordinator does not ask again: a name no topic may have, or the internal
+    ``__consumer_offsets`` (INVALID_REQUEST). A storage failure fails the request whole
+    instead (KAFKA_STORAGE_ERROR), so that it is asked again.
+
+    The work is ``PartitionRegistry.delete_topics``: every partition of the topics leaves
+    the registry first, is discarded (requests still holding it answered
+    UNKNOWN_TOPIC_OR_PARTITION, its replication stopped, its files closed) in slices that
+    let the heartbeat run, and its directory is renamed durably before the answer and
+    removed on a worker thread after."""
+    answers: list[dict[str, object]] = []
+    wanted: list[str] = []
+    for topic in body.topics:
+        answer: dict[str, object] = {"topic": topic, "partitions_deleted": 0, "error": None}
+        problem = deletion_problem(topic)
+        if problem is None:
+            wanted.append(topic)
+        else:
+            refusal = InvalidRequestError(f"cannot delete topic {topic!r}: {problem}")
+            answer["error"] = {"code": refusal.code, "message": refusal.message}
+        answers.append(answer)
+
+    def stop_replication(partition: Partition) -> None:
+        node.replicas.forget(partition.topic, partition.index)
+
+    deleted: dict[str, int] = {}
+    if wanted:
+        deleted = await node.registry.delete_topics(wanted, on_removed=stop_replication)
+    for topic, count in deleted.items():
+        node.metrics.forget_topic(topic)
+        level = logging.INFO if count else logging.DEBUG
+        deletion_log.log(level, "deleted topic %s: %d partitions", topic, count,
+                         extra={"topic": topic})  # fmt: skip
+    for answer in answers:
+        if answer["error"] is None:
+            answer["partitions_deleted"] = deleted[str(answer["topic"])]
+    return json_response({"topics": answers})
 
 
 @router.put(

@@ -282,7 +282,8 @@ class LeaderSession:
         )
         for (followed, _), outcome in zip(durable, flushed, strict=True):
             if isinstance(outcome, Exception):
-                self._storage_failed(followed, outcome)
+                if self.followed.get(followed.key) is followed:  # else deleted, say
+                    self._storage_failed(followed, outcome)
             elif isinstance(outcome, BaseException):
                 raise outcome  # cancelled: the session is stopping
         for partition in touched:
@@ -303,7 +304,14 @@ class LeaderSession:
                      "starting again there", entry.topic, entry.partition,
                      entry.log_start_offset, engine.log_end_offset)  # fmt: skip
             # no fsync of the old log may be running when its files go
-            await partition.committer.wait_durable(engine.log_end_offset)
+            try:
+                await partition.committer.wait_durable(engine.log_end_offset)
+            except EosError as exc:  # a failed disk, or the partition deleted meanwhile
+                if self.followed.get(followed.key) is followed:
+                    self._storage_failed(followed, exc)
+                return False
+            if self.followed.get(followed.key) is not followed:
+                return False  # unfollowed during the wait: its files may be closed
             engine.restart_at(entry.log_start_offset)
             return False
         try:

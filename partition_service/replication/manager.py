@@ -217,6 +217,11 @@ class ReplicaManager:
             del self.sessions[url]  # type: ignore[arg-type]
             running[1].cancel()
 
+    def forget(self, topic: str, index: int) -> None:
+        """The partition's topic is deleted here: stop copying it from its leader (the
+        session's poll in flight is cancelled, so it asks no more for it)."""
+        self._stop_fetcher((topic, index))
+
     # -- the loops -----------------------------------------------------------------------
     async def apply_cluster_view(self, body: dict[str, Any]) -> int:
         """A heartbeat answer (``HeartbeatAnswer``): the nodes' URLs and this node's

@@ -24,6 +24,7 @@ from eos_protocol.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
+    UnknownTopicOrPartitionError,
 )
 from eos_protocol.replication import PartitionState, PartitionStatePush
 from partition_service.replication.isr import LeaderReplicas
@@ -85,9 +86,14 @@ class Role:
     assignment: Assignment | None = None
     leader: LeaderReplicas | None = None
     awaits_controller: bool = False  # one replica of several: never led here alone
+    # its topic was deleted: a request that found the partition before (a produce waiting
+    # for its replicas, a long poll) is answered UNKNOWN_TOPIC_OR_PARTITION, as a new one is
+    deleted: bool = False
 
     @property
     def leads(self) -> bool:
+        if self.deleted:
+            return False
         if self.assignment is None:
             return not self.awaits_controller
         return self.leader is not None
@@ -99,6 +105,7 @@ class Role:
     def require_leader(self, *, acks_all: bool = False) -> None:
         """Refuse a request that only the leader may serve; with ``acks_all``, also one
         that too few in-sync replicas could acknowledge (before anything is written)."""
+        self.require_present()
         if self.leads:
             if acks_all and self.leader is not None and not self.leader.enough_in_sync():
                 raise NotEnoughReplicasError(
@@ -116,6 +123,11 @@ class Role:
             f"node {self.node_id} is a follower; the leader is node {self.assignment.leader} "
             f"(epoch {self.assignment.leader_epoch})"
         )
+
+    def require_present(self) -> None:
+        """Refuse every request once the partition's topic is deleted from this node."""
+        if self.deleted:
+            raise UnknownTopicOrPartitionError("the partition was deleted from this node")
 
     def check_epoch(self, leader_epoch: int) -> None:
         """A request that names the leader epoch it expects: an older one is fenced, a

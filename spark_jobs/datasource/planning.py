@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sdk import EosError, TopicPartition
+from sdk import TopicPartition, UnknownTopicOrPartitionError
 from spark_jobs.datasource.options import EARLIEST, LATEST, EosOptionError, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -70,9 +70,12 @@ class Pushed:
         )
 
 
-def topics(options: SourceOptions) -> list[str]:
+def topics(options: SourceOptions, running: Collection[str] = ()) -> list[str]:
     """The topics the options name, checked to exist (an ``EosOptionError`` otherwise);
-    a pattern matches whole names, as Kafka's does, and may match none yet."""
+    a pattern matches whole names, as Kafka's does, and may match none yet.
+
+    ``running``: the topics a streaming query has read so far. One of them gone now was
+    deleted while the query ran (``deleted``), which is not a wrong option."""
     with options.connection.admin() as admin:
         existing = sorted(t.name for t in admin.describe_cluster().topics)
     if options.pattern is not None:
@@ -80,21 +83,44 @@ def topics(options: SourceOptions) -> list[str]:
         return [t for t in existing if rule.fullmatch(t)]
     wanted = list(options.subscribe) if options.subscribe else sorted(options.assign or {})
     missing = [t for t in wanted if t not in existing]
-    if missing:
-        raise EosOptionError(f"topic(s) {', '.join(missing)} do not exist")
-    return wanted
+    gone = [t for t in missing if t in running]
+    if len(gone) < len(missing):
+        raise EosOptionError(f"topic(s) {', '.join(t for t in missing if t not in gone)} "
+                             "do not exist")  # fmt: skip
+    if gone:
+        deleted(options, gone)
+    return [t for t in wanted if t not in gone]
 
 
-def bounds(options: SourceOptions, names: Iterable[str]) -> dict[TopicPartition, Bounds]:
-    """Every wanted partition of ``names`` with its bounds now."""
+def deleted(options: SourceOptions, names: Sequence[str]) -> None:
+    """Topics a streaming query read were deleted: with ``failOnDataLoss`` (the default)
+    the query stops here, before its next batch, saying so; without, it goes on without
+    them, with a warning (Kafka's source does the same)."""
+    message = (
+        f"topic(s) {', '.join(names)} were deleted while the query ran: records not yet "
+        "read from them are lost"
+    )
+    if options.fail_on_data_loss:
+        raise RuntimeError(message + "; set failOnDataLoss=false to go on without them")
+    log.warning("%s; going on without them", message)
+
+
+def bounds(
+    options: SourceOptions, names: Iterable[str], running: Collection[str] = ()
+) -> dict[TopicPartition, Bounds]:
+    """Every wanted partition of ``names`` with its bounds now (``running`` as for
+    ``topics``: a topic the query read that is deleted meanwhile is ``deleted``)."""
     found: dict[TopicPartition, Bounds] = {}
     with options.connection.admin() as admin:
         for topic in names:
             try:
                 count = len(admin.describe_topic(topic).partitions)
-            except EosError:
+            except UnknownTopicOrPartitionError:
                 if options.pattern is not None:
                     continue  # deleted since it matched
+                if topic in running:
+                    deleted(options, [topic])
+                    continue
                 raise
             wanted = range(count)
             if options.assign is not None:

@@ -72,11 +72,19 @@ class EosStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.target: dict[TopicPartition, int] | None = None  # AvailableNow's ends
+        self.running: set[str] = set()  # the topics read so far (``_now``)
 
     # --- driver --------------------------------------------------------------------------
 
-    def _now(self) -> dict[TopicPartition, Bounds]:
-        return planning.bounds(self.options, planning.topics(self.options))
+    def _now(self, start: Mapping[str, Any] | None = None) -> dict[TopicPartition, Bounds]:
+        """Every partition's bounds now. The topics the query has read (``start``, the last
+        batch's offsets, and what this reader saw before) are remembered: one of them
+        deleted is data lost (``planning.deleted``), not a wrong option."""
+        self.running |= set(start or ())
+        names = planning.topics(self.options, self.running)
+        now = planning.bounds(self.options, names, self.running)
+        self.running |= {tp.topic for tp in now}
+        return now
 
     def initialOffset(self) -> dict[str, Any]:
         now = self._now()
@@ -99,7 +107,7 @@ class EosStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return planning.to_offsets({tp: at.end for tp, at in self._now().items()})
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        now = self._now()
+        now = self._now(start)
         positions = planning.from_offsets(start)
         ends: dict[TopicPartition, int] = {}
         for tp, at in now.items():

@@ -146,6 +146,27 @@ SEED: dict[str, list[Row]] = {
         {"node_id": 2, "url": "http://10.0.1.2:9100", "heartbeat_ms": NOW + 810,
          "incarnation": None},
     ],
+    "consumer_groups": [
+        {"group_id": "billing", "lease_partition": 1, "group_epoch": 7,
+         "assignment_epoch": 6, "subscribed_metadata": '{"orders": 3}',
+         "updated_ms": NOW + 900},
+    ],
+    "group_members": [
+        {"group_id": "billing", "member_id": "m-1", "instance_id": "copy-1",
+         "rack_id": None, "client_host": "10.0.2.1", "member_epoch": 7,
+         "previous_member_epoch": 6, "rebalance_timeout_ms": 45_000,
+         "subscribed_topic_names": '["orders"]', "subscribed_topic_regex": None,
+         "assigned": '{"orders": [0, 1]}', "pending_revocation": "{}",
+         "target": '{"orders": [0, 1, 2]}'},
+    ],
+    "group_txn_claims": [
+        {"transactional_id": "t-ongoing", "group_id": "billing", "producer_id": 1001,
+         "txn_start_ms": NOW + 2_000, "member_id": "m-1", "member_epoch": 7,
+         "partitions": '[["orders", 0]]'},
+    ],
+    "topic_deletions": [
+        {"topic": "old-orders", "node_id": 2, "deleted_ms": NOW + 950, "partitions": 4},
+    ],
 }
 
 #: Rows a migration creates, which a running deployment then changes: updated by primary

@@ -75,6 +75,6 @@ def test_the_metadata_names_the_features(coordinator: Any) -> None:
         for params in ({}, {"include_topics": "false"}):
             features = ok(c.get("/v1/metadata", params=params))["features"]
             assert features == {
-                "release": "0.3.0", "protocol": 3, "transaction_version": {"min": 1, "max": 2}
+                "release": "0.3.0", "protocol": 4, "transaction_version": {"min": 1, "max": 2}
             }
             assert features == CURRENT_FEATURES.model_dump()

@@ -42,6 +42,7 @@ OPERATION_IDS = {
         "nodeHeartbeat", "alterPartition", "alterPartitions", "alterTopicConfig",
         "listHangingTransactions", "abortHangingTransaction", "consumerGroupHeartbeat",
         "listGroups", "describeGroup", "deleteGroup", "resetGroupOffsets", "commitMemberOffsets",
+        "deleteTopic",
     },
     "node": {
         "produceRecords", "fetchRecords", "getPartitionOffsets", "describeProducers",
@@ -50,7 +51,7 @@ OPERATION_IDS = {
         "metrics", "replicaFetch", "epochEnd", "pushPartitionState", "listOpenTransactions",
         "createPartitions", "pushPartitionStates", "replicaFetchMany", "epochEnds",
         "describeNodePartitions", "fetchMany", "produceToPartitions",
-        "describeProducersOfPartitions",
+        "describeProducersOfPartitions", "deleteTopicsOnNode",
     },
 }
 

@@ -60,7 +60,7 @@ PREVIOUS_RELEASE_FIELDS = {
     f"/v1/transactions/{TID}/abort": {"producer_id", "producer_epoch", "wait_for_markers"},
 }
 TOPIC = {"name": "t", "partitions": [{"partition": 0, "leader": {"node_id": 1, "url": NODE}}]}
-FEATURES_0_3 = {"release": "0.3.0", "protocol": 3, "transaction_version": {"min": 1, "max": 2}}
+FEATURES_0_3 = {"release": "0.3.0", "protocol": 4, "transaction_version": {"min": 1, "max": 2}}
 
 
 class FakeCoordinator:
@@ -269,12 +269,22 @@ def test_admin_and_the_previous_release(twin: Twin) -> None:
         lambda: admin.alter_topic("t", retention_ms=1),
         admin.list_hanging_transactions,
         lambda: admin.abort_hanging_transaction(("t", 0), 7, 0),
+        lambda: admin.delete_topic("t"),
     ):
         with pytest.raises(UnsupportedVersionError, match="protocol 1"):
             refused()
     assert len(cluster.bodies("/v1/topics")) == 1  # none of them was sent
-    assert not [p for p in cluster.paths() if "hanging" in p or p.startswith("PATCH")]
+    assert not [p for p in cluster.paths() if "hanging" in p or p.startswith(("PATCH", "DELETE"))]
     assert admin.describe_cluster().features == PREVIOUS_RELEASE_FEATURES
+
+
+def test_topic_deletion_needs_protocol_4(twin: Twin) -> None:
+    """A cluster of protocol 3 (0.3.0 before topic deletion) is not sent the DELETE."""
+    cluster = FakeCoordinator(features={**FEATURES_0_3, "protocol": 3})
+    admin = twin.admin(URL, retry=FAST, transport=cluster.transport())
+    with pytest.raises(UnsupportedVersionError, match="protocol 4"):
+        admin.delete_topic("t")
+    assert not [p for p in cluster.paths() if p.startswith("DELETE")]
 
 
 def test_admin_and_the_current_release(twin: Twin) -> None:

@@ -56,6 +56,7 @@ def _grant(cluster: SecureCluster) -> None:
             rule("etl", "transactional_id", "etl-", "write", "prefixed"),
             rule("etl", "topic", "out-", "write", "prefixed"),
             rule("etl", "topic", "out-", "create", "prefixed"),
+            rule("etl", "topic", "out-new", "delete"),
             rule("etl", "topic", "in-1", "read"),
             rule("etl", "group", "etl-group", "read"),
             rule("etl", "topic", "out-secret", "write", permission="deny"),
@@ -175,6 +176,10 @@ def test_every_principal_on_every_endpoint(cluster: SecureCluster) -> None:
         Case("describe topic", "reader", "GET", "/v1/topics/in-1", 403,
              "TOPIC_AUTHORIZATION_FAILED"),
         Case("describe topic", "etl", "GET", "/v1/topics/in-1", 200),
+        Case("delete topic", "reader", "DELETE", "/v1/topics/out-new", 403,
+             "TOPIC_AUTHORIZATION_FAILED"),
+        Case("delete topic", "etl", "DELETE", "/v1/topics/out-1", 403,
+             "TOPIC_AUTHORIZATION_FAILED"),
         # FindCoordinator and producer ids
         Case("find txn coordinator", "reader", "GET", "/v1/coordinators?key=etl-1", 403,
              "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),
@@ -303,9 +308,18 @@ def test_every_principal_on_every_endpoint(cluster: SecureCluster) -> None:
              "CLUSTER_AUTHORIZATION_FAILED", None, "out-1"),
         Case("create partition", None, "PUT", "/internal/v1/partitions/hack/0", 401,
              "UNAUTHENTICATED", None, "out-1"),
+        Case("delete topics on node", ADMIN, "POST", "/internal/v1/topics/delete", 403,
+             "CLUSTER_AUTHORIZATION_FAILED", {"topics": ["out-1"]}, "out-1"),
+        Case("delete topics on node", None, "POST", "/internal/v1/topics/delete", 401,
+             "UNAUTHENTICATED", {"topics": ["out-1"]}, "out-1"),
+        Case("delete topics on node", "internal", "POST", "/internal/v1/topics/delete", 200,
+             None, {"topics": ["never-made"]}, "out-1"),
         Case("node metrics", "reader", "GET", "/metrics", 403, "CLUSTER_AUTHORIZATION_FAILED",
              None, "out-1"),
         Case("node metrics", ADMIN, "GET", "/metrics", 200, None, None, "out-1"),
+        # last: the nodes remove the deleted topic's replicas in the background, which a
+        # denied case's before/after comparison after it could take for its own doing
+        Case("delete topic", "etl", "DELETE", "/v1/topics/out-new", 200),
     ]
     problems = run_cases(cluster, cases)
     assert not problems, "\n".join(problems)

@@ -143,6 +143,56 @@ def test_a_stream_copies_exactly_once_across_a_replayed_batch(
     zombie.close()
 
 
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_source_topic_deleted_while_the_query_runs(
+    spark: Any, cluster: Cluster, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    """One of two source topics is deleted under a running query: by default the query
+    stops before its next batch, saying the topic was deleted; with failOnDataLoss=false it
+    goes on with the other (its new records are copied). Either way the sink holds every
+    record read, exactly once, and nothing partial."""
+    from pyspark.sql import functions as F
+
+    from sdk import AdminClient
+    from tests.sdk.helpers import wait_for
+
+    source = cluster.create_topic(partitions=2, prefix="dss-del")
+    other = cluster.create_topic(partitions=1, prefix="dss-kept")
+    sink = cluster.create_topic(partitions=2, prefix="dss-out")
+    values = produce_numbers(cluster.url, source, 40) + produce_numbers(
+        cluster.url, other, 10, start=500
+    )
+    df = _source(
+        spark, cluster, f"{source},{other}", failOnDataLoss=str(fail_on_data_loss).lower()
+    ).select(
+        F.col("key").cast("string").alias("key"),
+        F.concat(F.lit("out:"), F.col("value").cast("string")).alias("value"),
+    )
+    query = (
+        df.writeStream.format("eos").option("bootstrap", cluster.url).option("topic", sink)
+        .option("transactionalIdPrefix", uid("dss-del"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="500 milliseconds").start()
+    )  # fmt: skip
+    try:
+        wait_for(lambda: _sink_values(cluster, sink) == Counter(values), 120,
+                 "the query to copy both sources")  # fmt: skip
+        with AdminClient(cluster.url) as admin:
+            admin.delete_topic(source)
+        if fail_on_data_loss:
+            with pytest.raises(Exception, match=rf"topic\(s\) {source} were deleted while "
+                               "the query ran"):  # fmt: skip
+                query.awaitTermination(120)
+        else:
+            values += produce_numbers(cluster.url, other, 10, start=600)
+            wait_for(lambda: _sink_values(cluster, sink) == Counter(values), 120,
+                     "the query to go on with the topic left")  # fmt: skip
+            assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+    assert _sink_values(cluster, sink) == Counter(values)
+
+
 def _zombie(cluster: Cluster, tid: str, tp: TopicPartition) -> SequencedPartitionWriter:
     """A task of a dead driver: one record written into batch ``tid``'s transaction."""
     session = TransactionSession(cluster.url, tid)
