@@ -50,9 +50,10 @@ from eos_server.internal import internal_headers
 
 log = logging.getLogger("eos.coordinator.topic_deletion")
 
-#: A round with nothing to delete waits this many intervals before looking again (the
-#: deletion call wakes the loop at once).
-IDLE_ROUNDS = 5
+#: A round with nothing left to delete waits this long before looking again: the instance
+#: that deletes a topic wakes its own loop at once, the others look only in case it died
+#: before its nodes confirmed.
+IDLE_WAIT_S = 10.0
 #: Answers of a node without the request (an older version during a rolling upgrade).
 _NOT_SERVED = frozenset({404, 405})
 
@@ -221,7 +222,7 @@ class TopicDeleter:
             except Exception:  # the database may be away for a while
                 log.exception("topic deletion round failed")
                 left = 1
-            wait_s = self._interval_s * (1 if left else IDLE_ROUNDS)
+            wait_s = self._interval_s if left else max(self._interval_s, IDLE_WAIT_S)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait_s)
             self._wake.clear()
