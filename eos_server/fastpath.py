@@ -377,7 +377,10 @@ def _bind(path: AnyFastPath, contexts: list[RouteContext]) -> _Bound:
         path=path,
         prefix=str(route.path).partition("{")[0],
         pattern=pattern,
-        params=[(p.name, _reader(p.validate)) for p in dependant.path_params],
+        params=[
+            (p.name, _reader(p.validate, route.param_convertors[p.name].convert))
+            for p in dependant.path_params
+        ],
         guards=[_guard(d) for d in dependant.dependencies if d.name is None],
         dump=dump,
         status=status if isinstance(status, int) else 200,
@@ -449,12 +452,17 @@ def _overlap(earlier: RouteContext, route: RouteContext) -> bool:
 
 def _reader(
     validate: Callable[[str], tuple[object, object]],
+    convert: Callable[[str], object],
 ) -> Callable[[str], str | int | None]:
-    """A path parameter as the route's own field validates it (so the very value its
-    endpoint would get: ``007`` is read as 7 by both), or None when the route refuses it."""
+    """A path parameter as the route's own convertor reads it (an escaped ``/`` back to
+    ``/``) and its own field validates it (so the very value its endpoint would get:
+    ``007`` is read as 7 by both), or None when the route refuses it."""
 
     def read(raw: str) -> str | int | None:
-        value, errors = validate(raw)
+        converted = convert(raw)
+        if not isinstance(converted, str):
+            return None
+        value, errors = validate(converted)
         if errors or isinstance(value, bool) or not isinstance(value, str | int):
             return None
         return value

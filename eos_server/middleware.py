@@ -10,6 +10,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from eos_protocol.errors import InvalidRequestError, MessageTooLargeError
 from eos_server.envelope import error_response
+from eos_server.path_segments import routable_path
 
 
 class BodyLimit:
@@ -84,6 +85,8 @@ class RequestShape:
       the HTTP parser accepts megabytes.
 
     Both are ``400 INVALID_REQUEST`` in the envelope, before anything is read or changed.
+    A path with percent-escapes is then routed as the client sent it: an id's escaped
+    ``/`` stays inside its segment (``path_segments.routable_path``).
     """
 
     def __init__(self, app: ASGIApp, max_header_bytes: int = MAX_HEADER_BYTES) -> None:
@@ -96,6 +99,9 @@ class RequestShape:
             if problem is not None:
                 await error_response(InvalidRequestError(problem))(scope, receive, send)
                 return
+            raw_path = scope.get("raw_path")
+            if raw_path and b"%" in raw_path:  # an id holding "/" stays one segment
+                scope = {**scope, "path": routable_path(raw_path)}
         await self.app(scope, receive, send)
 
     def _problem(self, scope: Scope) -> str | None:
