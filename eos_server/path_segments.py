@@ -12,7 +12,8 @@ So routing sees the path as the client sent it, on two conditions:
   percent-escape) decodes every escape but ``%2F`` and ``%25``, which stay escaped: a
   routed path holds ``%`` only as part of those two, and ``/`` only between segments;
 * every ``str`` path parameter is read back through ``SegmentConvertor``, which turns
-  ``%2F`` into ``/`` and ``%25`` into ``%`` (installed for every route by
+  ``%2F`` into ``/`` and ``%25`` into ``%`` (and every ``path`` one, which may span
+  segments, through ``RestConvertor``; both installed for every route by
   ``install_convertor``, before the services define theirs, and used by the fast paths
   through the route's own convertor).
 
@@ -25,7 +26,12 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote_to_bytes
 
-from starlette.convertors import CONVERTOR_TYPES, StringConvertor, register_url_convertor
+from starlette.convertors import (
+    CONVERTOR_TYPES,
+    PathConvertor,
+    StringConvertor,
+    register_url_convertor,
+)
 
 #: The escapes a routed path keeps (a segment's own ``/`` and ``%``), upper or lower case.
 _KEPT = re.compile(rb"%(2[fF]|25)")
@@ -61,11 +67,25 @@ class SegmentConvertor(StringConvertor):
         return read_back(value)
 
 
+class RestConvertor(PathConvertor):
+    """Starlette's ``path`` convertor (the rest of the path, ``/`` included) that reads
+    ``%2F`` and ``%25`` back too: a ``{name:path}`` parameter gets the id as sent, whether
+    its ``/`` came escaped (as the contract sends it) or not."""
+
+    def convert(self, value: str) -> str:
+        return read_back(value)
+
+
 def install_convertor() -> None:
-    """Make every ``{name}`` path parameter of routes defined from now on a
-    ``SegmentConvertor``. Idempotent."""
+    """Make every ``{name}`` and ``{name:path}`` parameter of routes defined from now on
+    read escaped ``/`` and ``%`` back (``SegmentConvertor``, ``RestConvertor``).
+    Idempotent."""
     if not isinstance(CONVERTOR_TYPES.get("str"), SegmentConvertor):
         register_url_convertor("str", SegmentConvertor())
+    if not isinstance(CONVERTOR_TYPES.get("path"), RestConvertor):
+        register_url_convertor("path", RestConvertor())
 
 
-__all__ = ["SegmentConvertor", "install_convertor", "read_back", "routable_path"]
+__all__ = [
+    "RestConvertor", "SegmentConvertor", "install_convertor", "read_back", "routable_path",
+]
