@@ -505,9 +505,7 @@ class PartitionFetcher(_Client):
                 tp, offset, max_records=min(max_records, end - offset), max_bytes=max_bytes,
                 read_committed=read_committed,
             )
-            records: list[dict[str, Any]] = body["records"]
-            if records and records[-1]["offset"] >= end:
-                records = [r for r in records if r["offset"] < end]
+            records = records_below(body["records"], end)
             if records:
                 yield records
             following = max(offset, int(body["next_offset"]))
@@ -519,6 +517,13 @@ class PartitionFetcher(_Client):
                 )
             else:
                 time.sleep(0.05)
+
+
+def records_below(records: list[dict[str, Any]], end: int) -> list[dict[str, Any]]:
+    """A fetch answer's records before offset ``end`` (the same list when all are)."""
+    if records and records[-1]["offset"] >= end:
+        return [r for r in records if r["offset"] < end]
+    return records
 
 
 class _NotServed(Exception):

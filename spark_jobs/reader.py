@@ -125,16 +125,6 @@ def iter_range(
             raise TimeoutError(f"{tp.topic}-{tp.partition}: no progress at {before} (end {end})")
 
 
-def decode_records(
-    topic: str, partition: int, body: dict[str, Any], end: int
-) -> list[ConsumerRecord]:
-    """The records of a fetch answer below ``end`` (``records_of`` on the answer)."""
-    raw = body["records"]
-    if raw and raw[-1]["offset"] >= end:
-        raw = [r for r in raw if r["offset"] < end]
-    return records_of(topic, partition, raw)
-
-
 def records_of(topic: str, partition: int, raw: list[dict[str, Any]]) -> list[ConsumerRecord]:
     """A fetch answer's records, built in one pass. Text records (the usual case) need no
     per-record decoding, and are built without the named tuple's Python-level

@@ -359,7 +359,7 @@ class Metadata:
         if whole:
             self._topics = {}
         self._load(topic_rows, rows)
-        if whole:  # a partition of a topic deleted since is forgotten too
+        if whole and len(self._partitions) > len(rows):  # some topic was deleted since
             present = {(r.topic, int(r.partition)) for r in rows}
             self._partitions = {k: v for k, v in self._partitions.items() if k in present}
         self._last_read = read

@@ -161,10 +161,10 @@ class TopicDeleter:
                 return left + len(wanted) - start
             done = []
             for topic, deleted_ms in chunk:
-                problem = answered.get(topic)
                 if topic not in answered:
                     left += 1
                     continue
+                problem = answered[topic]
                 if problem is not None:  # a name no node can hold (an older version's)
                     self._metrics.set_aside.labels(loop="topic-deletion").inc()
                     log.error("node %d refused to delete topic %r: %s; not asked again",

@@ -5,14 +5,16 @@ reader's decoding of fetch answers."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from sdk import ConsumerRecord
+from spark_jobs._wire import records_below
 from spark_jobs.check import compare
 from spark_jobs.datasource.task_write import cut_batches
 from spark_jobs.examples import events
-from spark_jobs.reader import decode_records
+from spark_jobs.reader import records_of
 from spark_jobs.transforms import OutputRecord, build_transform, parse_options
 from spark_jobs.writer import WriteOptions
 
@@ -66,7 +68,7 @@ def test_batches_are_cut_the_same_way_every_time() -> None:
 def test_fetch_answers_decode_into_consumer_records() -> None:
     """Text answers take the one-pass path, an answer with a base64 record the other;
     both give the records a consumer gives (bytes for base64), cut at the range's end."""
-    raw: list[dict[str, object]] = [
+    raw: list[dict[str, Any]] = [
         {"offset": i, "key": f"k{i}", "value": f"v{i}", "headers": {"h": "1"} if i == 3 else {},
          "timestamp_ms": 1000 + i, "encoding": "utf8"}
         for i in range(10)
@@ -75,11 +77,11 @@ def test_fetch_answers_decode_into_consumer_records() -> None:
         ConsumerRecord("t", 2, i, f"k{i}", f"v{i}", {"h": "1"} if i == 3 else {}, 1000 + i)
         for i in range(10)
     ]
-    assert decode_records("t", 2, {"records": raw, "next_offset": 10}, 100) == expected
-    assert decode_records("t", 2, {"records": raw, "next_offset": 10}, 4) == expected[:4]
-    binary: dict[str, object] = {
+    assert records_of("t", 2, records_below(raw, 100)) == expected
+    assert records_of("t", 2, records_below(raw, 4)) == expected[:4]
+    binary: dict[str, Any] = {
         "offset": 10, "key": None, "value": "AP8=", "headers": {}, "timestamp_ms": 7,
         "encoding": "base64",
     }
-    mixed = decode_records("t", 2, {"records": [*raw, binary], "next_offset": 11}, 100)
+    mixed = records_of("t", 2, records_below([*raw, binary], 100))
     assert mixed == [*expected, ConsumerRecord("t", 2, 10, None, b"\x00\xff", {}, 7)]
