@@ -18,13 +18,15 @@ import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from tests.jepsen.checker import Report, check
-from tests.jepsen.history import COPY_TOPIC, DATA_TOPIC, Event, Recorder, read_history
+from tests.jepsen.history import COPY_TOPIC, DATA_TOPIC, Event, Recorder, Txn, read_history
+from tests.jepsen.history import Outcome as TxnOutcome
 from tests.jepsen.hosts import HostCluster, HostSpec
 from tests.jepsen.nemesis import KINDS, Nemesis, schedule
 from tests.jepsen.report import write_report
@@ -121,7 +123,9 @@ def run(folder: Path, plan: RunPlan, log: bool = False) -> Outcome:
                                                             plan))  # fmt: skip
             with (folder / f"{name}.log").open("ab") as out:
                 workers.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
+        _wait_started(history, workers, folder)
         time.sleep(plan.warmup_s)
+        _wait_for_work(history, workers, folder)
         recorder = Recorder(history / "nemesis.jsonl")
         nemesis = Nemesis(cluster, plan.seed, recorder, lambda: round(time.monotonic() - t0, 4))
         say(f"faults: {plan.faults}")
@@ -151,6 +155,60 @@ def run(folder: Path, plan: RunPlan, log: bool = False) -> Outcome:
     summary = write_report(folder, events, report, seed=plan.seed, minutes=plan.minutes,
                            spec_text=repr(plan.spec))  # fmt: skip
     return Outcome(folder, events, report, summary)
+
+
+#: How long the workloads may take to start and to commit their first transaction: on a
+#: two-core machine loaded by the rest of the suite, starting Python with the SDK alone
+#: was seen to take over ten seconds.
+START_S = 120.0
+
+
+def _wait_started(history: Path, workers: list[subprocess.Popen[bytes]], folder: Path) -> None:
+    """Until every workload has started (its ``<name>.started`` file exists). The warmup
+    and the faults count from there: a run whose clients were still importing when the
+    stop file appeared did nothing and proved nothing (its checker found no anomaly in
+    an empty history)."""
+    names = [name for name, _role, _host in WORKERS]
+    _wait_workers(
+        lambda: all((history / f"{name}.started").exists() for name in names),
+        workers,
+        folder,
+        "every workload to start",
+    )
+
+
+def _wait_for_work(history: Path, workers: list[subprocess.Popen[bytes]], folder: Path) -> None:
+    """Until a producer has committed a transaction: the faults strike a cluster at work."""
+    _wait_workers(
+        lambda: any(
+            isinstance(e, Txn) and e.kind == "produce" and e.outcome is TxnOutcome.OK
+            for e in read_history(history)
+        ),
+        workers,
+        folder,
+        "a first committed transaction",
+    )
+
+
+def _wait_workers(
+    condition: Callable[[], bool],
+    workers: list[subprocess.Popen[bytes]],
+    folder: Path,
+    what: str,
+) -> None:
+    """Poll ``condition`` until it holds; fail with the workloads' logs at the deadline or
+    as soon as one of them has exited."""
+    deadline = time.monotonic() + START_S
+    while not condition():
+        exited = [w for w in workers if w.poll() is not None]
+        if exited or time.monotonic() > deadline:
+            tails = "\n".join(
+                f"--- {name}.log\n{(folder / f'{name}.log').read_text(errors='replace')[-2000:]}"
+                for name, _role, _host in WORKERS
+            )
+            reason = "a workload exited" if exited else f"not within {START_S:.0f}s"
+            raise RuntimeError(f"waiting for {what}: {reason}\n{tails}")
+        time.sleep(0.2)
 
 
 def _reap(workers: list[subprocess.Popen[bytes]], timeout: float) -> None:

@@ -414,6 +414,7 @@ def main(argv: list[str]) -> int:
     now = CLOCK = Clock(ARGS.t0)
     stop = ARGS.folder / "stop"
     recorder = Recorder(ARGS.folder / f"{ARGS.name}.jsonl")
+    (ARGS.folder / f"{ARGS.name}.started").touch()  # the run's warmup counts from here
     try:
         if ARGS.role == "final":
             return final_read(recorder, now, ARGS.deadline_s)
