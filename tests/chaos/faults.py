@@ -102,10 +102,16 @@ class CoordinatorKill(Fault):
 
     def inject(self, workload: Workload, k: int) -> None:
         cluster = workload.cluster
-        victim = cluster.coordinators[k % 2]
-        survivor = cluster.coordinators[(k + 1) % 2]
         tids = [workload.tid(p) for p in workload.slots]
-        moved = [t for t in tids if _owner(survivor.url, t) == victim.url]
+        # The victim is the instance owning most of the copiers' ids (each in turn on a
+        # tie): the instance restarted by the previous injection may not have taken its
+        # share back yet, and killing one that owns none would prove no takeover.
+        owners = [_owner(cluster.coordinators[k % 2].url, t) for t in tids]
+        held = [owners.count(c.url) for c in cluster.coordinators]
+        index = k % 2 if held[k % 2] >= held[(k + 1) % 2] else (k + 1) % 2
+        victim = cluster.coordinators[index]
+        survivor = cluster.coordinators[(index + 1) % 2]
+        moved = [t for t, owner in zip(tids, owners, strict=True) if owner == victim.url]
         victim.kill()
         wait_for(
             "the survivor to own every transactional id",
@@ -113,7 +119,7 @@ class CoordinatorKill(Fault):
             timeout=cluster.spec.lease_ms / 1000 + 20,
         )
         self.counts["takeovers"] += len(moved)
-        cluster.restart_coordinator(k % 2)
+        cluster.restart_coordinator(index)
         self.counts["injected"] += 1
 
     def problems(self, workload: Workload, injections: int, history: History) -> list[str]:
