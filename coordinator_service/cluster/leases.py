@@ -382,7 +382,22 @@ class LeaseManager:
                 await self.hand_off(plan.give)
             taken = await self._db.run(self._acquire, now, plan.take)
             self.loading.update(p for p, _ in taken)
+            # Loading is one partition after another, and on a loaded machine a round that
+            # takes many (every partition of an instance that stopped) can outlast the lease
+            # it renewed at its start: renewed again as it goes, no lease of this instance,
+            # already held or just taken, runs out while the others load.
+            written = now  # when the expiries were last written
+            unloaded = dict(taken)
+            gone: set[int] = set()  # taken here, and moved on before they were loaded
+            renew_every_ms = self._renew_interval_s * 1000
             for p, epoch in taken:
+                del unloaded[p]
+                if p not in gone and self._clock.now_ms() - written >= renew_every_ms:
+                    written = self._clock.now_ms()
+                    gone |= await self._renew_while_loading({**unloaded, p: epoch}, written)
+                if p in gone:
+                    self.loading.discard(p)
+                    continue
                 try:
                     await self._on_acquired(LeaseToken(p, self.instance_id, epoch))
                 except Exception:
@@ -398,13 +413,38 @@ class LeaseManager:
                     continue
                 else:
                     self.owned[p] = epoch
-                    self._valid_until[p] = now + self._lease_ms
+                    self._valid_until[p] = written + self._lease_ms
                     log.info("took transaction log partition %d at coordinator epoch %d", p, epoch)
                 finally:
                     self.loading.discard(p)
 
-    async def drop(self, log_partition: int) -> None:
-        """Forget a partition whose lease has moved on (found by renewal or a failed write)."""
+    async def _renew_while_loading(self, loading: dict[int, int], now: int) -> set[int]:
+        """Renew, in the middle of a round, the leases this instance holds and those it
+        took in this round and has yet to load; the partitions whose row moved on (the
+        held ones among them dropped, as at the start of a round)."""
+        renewing = {**self.owned, **loading}
+        lost = await self._db.run(self._renew, renewing, now)
+        for p, epoch in renewing.items():
+            if p not in lost and self.owned.get(p) == epoch:
+                self._valid_until[p] = now + self._lease_ms
+        for p in lost:
+            if p in self.owned:
+                await self.drop(p, renewing[p])
+        return set(lost)
+
+    async def drop(self, log_partition: int, epoch: int | None = None) -> None:
+        """Forget a partition whose lease has moved on (found by renewal or a failed write).
+
+        ``epoch``: the coordinator epoch of the lease the failed write was made under. A
+        request that took its token before this instance lost the partition and took it
+        again writes under the old epoch, and is fenced; that says nothing of the lease
+        held now, which is kept. Dropped, it was taken again at the next round under a new
+        epoch, which failed the writes in flight under the one before, which dropped it
+        again: a loop that kept the partition unloading and loading (its requests
+        answered NOT_COORDINATOR and COORDINATOR_LOAD_IN_PROGRESS, its markers abandoned)
+        for as long as requests kept coming."""
+        if epoch is not None and self.owned.get(log_partition) != epoch:
+            return
         self._valid_until.pop(log_partition, None)
         if self.owned.pop(log_partition, None) is not None:
             log.warning("lost transaction log partition %d", log_partition)

@@ -202,7 +202,7 @@ class TransactionCoordinator:
 
     async def _lost(self, token: LeaseToken) -> None:
         assert self.leases is not None
-        await self.leases.drop(token.log_partition)
+        await self.leases.drop(token.log_partition, token.coordinator_epoch)
         raise NotCoordinatorError(f"lease on transaction log partition {token.log_partition} "
                                   "was lost")
 
@@ -523,10 +523,10 @@ class TransactionCoordinator:
         if not writes:
             return results
         oks = await self._writer.write_many([(new, token, False) for new, token in writes])
-        lost: set[int] = set()
+        lost: set[tuple[int, int]] = set()
         for (new, token), i, ok in zip(writes, index, oks, strict=True):
             if not ok:
-                lost.add(token.log_partition)
+                lost.add((token.log_partition, token.coordinator_epoch))
                 continue
             records = self.cache.get(token.log_partition)
             if records is None:
@@ -536,8 +536,8 @@ class TransactionCoordinator:
             self._emit(new.transactional_id, old.state if old else None, new)
             results[i] = True
         assert self.leases is not None
-        for p in lost:
-            await self.leases.drop(p)
+        for p, epoch in sorted(lost):
+            await self.leases.drop(p, epoch)
         return results
 
     # --- timeouts, expiry and admin ------------------------------------------------------
