@@ -56,6 +56,14 @@ def test_opens_sqlite(tmp_path):
     sqlite3.connect(tmp_path / "x.db")
 
 
+def test_opens_sqlite_through_sqlalchemy(tmp_path):
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    with engine.connect():
+        pass
+
+
 def test_swallows_the_error():
     try:
         subprocess.run(["true"])
@@ -97,7 +105,7 @@ def test_every_planted_violation_fails_its_test(pytester: pytest.Pytester) -> No
     result = pytester.runpytest_inprocess(*INNER, plugins=[UnitGuard()])
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed") == 1, result.stdout.str()
-    assert outcomes.get("failed") == 8, result.stdout.str()
+    assert outcomes.get("failed") == 9, result.stdout.str()
     assert outcomes.get("errors") == 1, result.stdout.str()  # the fixture, in setup
     text = result.stdout.str()
     for what in (
@@ -108,7 +116,7 @@ def test_every_planted_violation_fails_its_test(pytester: pytest.Pytester) -> No
         "opens an SQLite database",
     ):
         assert what in text, what
-    assert text.count("UnitLayerViolation: ") >= 9  # each for the guard's own reason
+    assert text.count("UnitLayerViolation: ") >= 10  # each for the guard's own reason
 
 
 def test_tests_of_other_layers_are_left_alone(pytester: pytest.Pytester) -> None:

@@ -143,7 +143,9 @@ class UnitGuard:
         patch(psycopg, "connect", lambda *a, **k: "opens a PostgreSQL connection")
         for cls in (psycopg.Connection, psycopg.AsyncConnection):
             patch(cls, "connect", lambda *a, **k: "opens a PostgreSQL connection", bound=True)
-        patch(sqlite3, "connect", lambda database, *a, **k: f"opens an SQLite database {database}")
+        # SQLAlchemy's driver calls ``sqlite3.dbapi2.connect``, an attribute of its own
+        for module in (sqlite3, sqlite3.dbapi2):
+            patch(module, "connect", lambda db, *a, **k: f"opens an SQLite database {db}")
         try:
             yield
         finally:
