@@ -11,8 +11,9 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from sdk import ConsumerRecord, Producer, TopicPartition
 from spark_jobs.eos_pipeline import TaskProgress
@@ -107,3 +108,35 @@ def fail_write_always(tp: TopicPartition, batch: int) -> None:
     """Every attempt of the task of partition 0 dies after its third batch."""
     if tp.partition == 0 and batch == 2:
         raise RuntimeError("planted permanent fault in the writer")
+
+
+#: Spark gives the Python process of a streaming source a fixed 10 s to connect back
+#: (``PythonWorkerFactory.createSimpleWorker``, no setting); on a two-core machine loaded
+#: by the rest of the suite it was seen to miss that, failing the query before its first
+#: batch.
+CONNECT_BACK = "Python worker failed to connect back"
+START_ATTEMPTS = 3
+
+
+def run_to_end(start: Callable[[], Any], timeout_s: float = 300) -> Any:
+    """Start a query with ``start()``, wait until it ends (an ``availableNow`` trigger) and
+    return it, stopped. A query that failed before its first batch because Spark's
+    Python process did not connect back in time is started again from its checkpoint, as
+    a user or a supervisor would (the sink is exactly once across restarts), at most
+    ``START_ATTEMPTS`` times in all; any other failure is raised."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        query = start()
+        error: BaseException | None
+        try:
+            query.awaitTermination(timeout_s)
+            error = query.exception()
+        except Exception as exc:  # the query's failure, raised by awaitTermination
+            error = exc
+        finally:
+            query.stop()
+        if error is None:
+            return query
+        retry = CONNECT_BACK in str(error) and not query.recentProgress
+        if not retry or attempt == START_ATTEMPTS:
+            raise AssertionError(f"the query failed: {error}") from error
+    raise AssertionError("unreachable")

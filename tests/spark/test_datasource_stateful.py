@@ -27,7 +27,7 @@ from spark_jobs.check import read_all
 from spark_jobs.datasource.options import EosOptionError, sink_options
 from spark_jobs.datasource.stream_write import KILL_AT_ENV, KILL_MARKER_ENV
 from tests.spark.datasource_driver import event_time, window_counts
-from tests.spark.helpers import produce_numbers, uid
+from tests.spark.helpers import produce_numbers, run_to_end, uid
 from tests.spark.test_datasource_driver_kills import (
     JVM_START_S,
     TWO_DRIVERS_TIMEOUT_S,
@@ -111,25 +111,13 @@ def test_append_mode_emits_each_closed_window_once_with_the_batch_count(
     sink = cluster.create_topic(partitions=2, prefix="st-app")
     produce_events(cluster.url, source)
     prefix = uid("st-app")
-    for attempt in (1, 2):
-        query = (
-            _windows(spark, cluster, source).writeStream.format("eos").outputMode("append")
-            .option("bootstrap", cluster.url).option("topic", sink)
-            .option("transactionalIdPrefix", prefix)
-            .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
-            .start()
-        )  # fmt: skip
-        try:
-            query.awaitTermination(300)
-        finally:
-            query.stop()
-        error = query.exception()
-        # Spark gives its source's Python worker a fixed 10 s to connect back; on a loaded
-        # machine it may fail the query before its first batch. Started again from the
-        # checkpoint, as a user would: the sink is exactly once across restarts.
-        if error is None or attempt == 2 or "failed to connect back" not in str(error):
-            break
-    assert error is None, str(error)
+    run_to_end(
+        lambda: _windows(spark, cluster, source).writeStream.format("eos")
+        .outputMode("append").option("bootstrap", cluster.url).option("topic", sink)
+        .option("transactionalIdPrefix", prefix)
+        .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
+        .start()
+    )  # fmt: skip
     keys = [str(r.key) for r in read_all(cluster.url, sink)]
     assert len(keys) == len(set(keys)), Counter(keys)  # a closed window is emitted once
     expected = batch_counts(spark, cluster, source)
@@ -154,18 +142,13 @@ def _foreach_batch_copy(spark: Any, cluster: Cluster, source: str, sinks: tuple[
                 writer = writer.option("writeOnce", "true")
             writer.save()
 
-    query = (
-        spark.readStream.format("eos").option("bootstrap", cluster.url)
+    run_to_end(
+        lambda: spark.readStream.format("eos").option("bootstrap", cluster.url)
         .option("subscribe", source).option("startingOffsets", "earliest")
         .option("maxRecordsPerTrigger", "20").load()
         .writeStream.foreachBatch(write).option("checkpointLocation", str(ck))
         .trigger(availableNow=True).start()
     )  # fmt: skip
-    try:
-        query.awaitTermination(300)
-        assert query.exception() is None, str(query.exception())
-    finally:
-        query.stop()
     return seen
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from spark_jobs.check import read_all
 from spark_jobs.datasource.stream_read import share
 from spark_jobs.datasource.stream_write import record_entry
 from spark_jobs.examples import stream_copy
-from tests.spark.helpers import produce_numbers, uid
+from tests.spark.helpers import produce_numbers, run_to_end, uid
 from tests.support.children import Children
 from tests.support.cluster import Cluster
 
@@ -52,23 +53,11 @@ def test_available_now_reads_in_limited_batches_below_the_lso(
         seen.append((batch_id, [bytes(r["value"]).decode() for r in df.collect()]))
 
     try:
-        for attempt in (1, 2):
-            query = (
-                _source(spark, cluster, topic, maxRecordsPerTrigger="10").writeStream
-                .foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ck"))
-                .trigger(availableNow=True).start()
-            )  # fmt: skip
-            try:
-                query.awaitTermination(300)
-                break
-            except Exception as exc:
-                # Spark gives its Python worker a fixed 10 s to connect back; on a loaded
-                # machine it may fail the query before its first batch, which is then
-                # started again from its checkpoint, as a user would.
-                if attempt == 2 or seen or "failed to connect back" not in str(exc):
-                    raise
-            finally:
-                query.stop()
+        run_to_end(
+            lambda: _source(spark, cluster, topic, maxRecordsPerTrigger="10").writeStream
+            .foreachBatch(collect).option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True).start()
+        )  # fmt: skip
     finally:
         producer.abort_transaction()
         producer.close()
@@ -92,14 +81,8 @@ def _copy(spark: Any, cluster: Cluster, source: str, sink: str, prefix: str, ck:
     )  # fmt: skip
 
 
-def _run(query: Any) -> list[int]:
-    try:
-        query.awaitTermination(300)
-        if query.exception() is not None:
-            raise AssertionError(str(query.exception()))
-        return [int(p["batchId"]) for p in query.recentProgress]
-    finally:
-        query.stop()
+def _run(start: Callable[[], Any]) -> list[int]:
+    return [int(p["batchId"]) for p in run_to_end(start).recentProgress]
 
 
 def _sink_values(cluster: Cluster, sink: str) -> Counter[str]:
@@ -119,7 +102,7 @@ def test_a_stream_copies_exactly_once_across_a_replayed_batch(
     sink = cluster.create_topic(partitions=2, prefix="dss-out")
     prefix, ck = uid("dss-query"), tmp_path / "ck"
     first = produce_numbers(cluster.url, source, 60)
-    batches = _run(_copy(spark, cluster, source, sink, prefix, ck))
+    batches = _run(lambda: _copy(spark, cluster, source, sink, prefix, ck))
     assert len(batches) >= 3
     assert _sink_values(cluster, sink) == Counter(first)
     last = max(batches)
@@ -134,7 +117,7 @@ def test_a_stream_copies_exactly_once_across_a_replayed_batch(
     zombie = _zombie(cluster, f"{prefix}-{last + 1}", TopicPartition(sink, 0))
     assert len(read_all(cluster.url, sink, isolation_level="read_uncommitted")) == 61
     more = produce_numbers(cluster.url, source, 30, start=1000)
-    replayed = _run(_copy(spark, cluster, source, sink, prefix, ck))
+    replayed = _run(lambda: _copy(spark, cluster, source, sink, prefix, ck))
     assert replayed[0] == last, replayed  # the replay ran, and wrote nothing
     assert _sink_values(cluster, sink) == Counter(first + more)  # no zombie record either
     assert _recorded(cluster, prefix) == max(replayed) + 1
