@@ -20,7 +20,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sdk import TopicPartition, UnknownTopicOrPartitionError
+from sdk import AdminClient, TopicPartition, UnknownTopicOrPartitionError
 from spark_jobs.datasource.options import EARLIEST, LATEST, EosOptionError, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -114,28 +114,36 @@ def bounds(
     with options.connection.admin() as admin:
         for topic in names:
             try:
-                count = len(admin.describe_topic(topic).partitions)
+                found.update(_topic_bounds(options, admin, topic))
             except UnknownTopicOrPartitionError:
+                # deleted before or while its partitions were asked (the metadata a
+                # coordinator answers from may name it a moment after its nodes dropped it)
                 if options.pattern is not None:
                     continue  # deleted since it matched
                 if topic in running:
                     deleted(options, [topic])
                     continue
                 raise
-            wanted = range(count)
-            if options.assign is not None:
-                missing = [p for p in options.assign.get(topic, ()) if p >= count]
-                if missing:
-                    raise EosOptionError(f"option assign: {topic} has no partition {missing}")
-                wanted = options.assign.get(topic, ())  # type: ignore[assignment]
-            for p in wanted:
-                tp = TopicPartition(topic, p)
-                offsets = admin.list_offsets(tp)
-                end = (
-                    offsets.last_stable_offset if options.read_committed
-                    else offsets.high_watermark
-                )  # fmt: skip
-                found[tp] = Bounds(offsets.log_start_offset, end)
+    return found
+
+
+def _topic_bounds(
+    options: SourceOptions, admin: AdminClient, topic: str
+) -> dict[TopicPartition, Bounds]:
+    """The bounds of the wanted partitions of one topic."""
+    count = len(admin.describe_topic(topic).partitions)
+    wanted: Iterable[int] = range(count)
+    if options.assign is not None:
+        missing = [p for p in options.assign.get(topic, ()) if p >= count]
+        if missing:
+            raise EosOptionError(f"option assign: {topic} has no partition {missing}")
+        wanted = options.assign.get(topic, ())
+    found: dict[TopicPartition, Bounds] = {}
+    for p in wanted:
+        tp = TopicPartition(topic, p)
+        offsets = admin.list_offsets(tp)
+        end = offsets.last_stable_offset if options.read_committed else offsets.high_watermark
+        found[tp] = Bounds(offsets.log_start_offset, end)
     return found
 
 
