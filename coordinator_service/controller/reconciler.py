@@ -267,6 +267,9 @@ class Reconciler:
         # Partitions a round is asking their nodes for now; the event is set once the
         # round has recorded the answers.
         self.in_flight: dict[PartitionKey, asyncio.Event] = {}
+        # Rounds that have recorded their answers (``_ask_nodes``); a round whose read
+        # of the pending rows spans one reads them again (``_fresh_pending``).
+        self._recorded = 0
         self._node_trouble: dict[int, str] = {}
         # nodes without the batched creation, and until when (monotonic) they are asked
         # one partition at a time
@@ -436,7 +439,7 @@ class Reconciler:
     async def reconcile_once(self, topic: str | None = None) -> int:
         """Create on their replicas the partitions not yet created there (of ``topic``
         only, when given); returns how many are still missing, refused ones left out."""
-        rows = await self._db.run(pending_rows, topic)
+        rows = await self._fresh_pending(topic)
         now = time.monotonic()
         by_node: dict[int, list[Placed]] = {}
         claimed: set[PartitionKey] = set()
@@ -456,6 +459,21 @@ class Reconciler:
                 del self.in_flight[key]
             claim.set()
 
+    async def _fresh_pending(self, topic: str | None) -> list[Placed]:
+        """The pending rows, read again while another round recorded its answers during
+        the read. Such a read may predate the record and the other round's claims be gone
+        by its end: this round would then claim partitions just created and ask their
+        nodes again (a thousand-partition topic, twice over). A round records and drops
+        its claims with no await between, so a read that ends before the record still
+        meets the claims. Rounds that record all the time get a stale read at the fifth
+        try rather than none: asking a node again is harmless, creation is idempotent."""
+        for _ in range(4):
+            seen = self._recorded
+            rows = await self._db.run(pending_rows, topic)
+            if seen == self._recorded:
+                return rows
+        return await self._db.run(pending_rows, topic)
+
     async def _ask_nodes(
         self, topic: str | None, rows: list[Placed], by_node: dict[int, list[Placed]], now: float
     ) -> int:
@@ -474,6 +492,7 @@ class Reconciler:
         complete: set[PartitionKey] = set()
         if created or refused:
             complete = await self._db.run(record_attempts, created, refused)
+            self._recorded += 1
         state = {(r.topic, r.partition): r.error for r in rows}
         for key in complete:
             self._refused_tried.pop(key, None)
