@@ -165,22 +165,38 @@ def _client_kwargs(
 _BODY_SENT = "http11.send_request_body.complete"
 
 
-def _sync_trace(on_wire: Callable[[], None]) -> Callable[[str, dict[str, Any]], None]:
-    def trace(event: str, _info: dict[str, Any]) -> None:
-        if event == _BODY_SENT:
-            on_wire()
+class _WireWatch:
+    """A produce request's ``trace`` extension: calls ``on_wire`` once the body has been
+    written to the connection, and lets go of it when the request is over (``release``).
 
-    return trace
+    httpx keeps every response in a reference cycle with its stream, so a request and its
+    extensions outlive the call until the garbage collector frees the cycle, and a
+    request that was in flight across two collections waits for the oldest generation's.
+    A closure there kept the request's batches, with every record and future of them,
+    alive that long: at 60,000 records a second the collector walked hundreds of
+    thousands of them, about a third of a producer's CPU."""
+
+    __slots__ = ("on_wire",)
+
+    def __init__(self, on_wire: Callable[[], None]) -> None:
+        self.on_wire: Callable[[], None] | None = on_wire
+
+    def __call__(self, event: str, _info: dict[str, Any]) -> None:
+        if event == _BODY_SENT and self.on_wire is not None:
+            self.on_wire()
+
+    def release(self) -> None:
+        self.on_wire = None
 
 
-def _async_trace(
-    on_wire: Callable[[], None],
-) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
-    async def trace(event: str, _info: dict[str, Any]) -> None:
-        if event == _BODY_SENT:
-            on_wire()
+class _AsyncWireWatch(_WireWatch):
+    """``_WireWatch`` for httpx's async transport, which awaits its trace callback."""
 
-    return trace
+    __slots__ = ()
+
+    async def __call__(self, event: str, _info: dict[str, Any]) -> None:  # type: ignore[override]
+        if event == _BODY_SENT and self.on_wire is not None:
+            self.on_wire()
 
 
 def _body(json: Any) -> bytes | None:
@@ -236,11 +252,16 @@ class SyncTransport:
     ) -> Any:
         """One attempt; the envelope becomes an exception. ``on_wire`` is called once the
         request body has been written to the connection."""
-        extensions = None if on_wire is None else {"trace": _sync_trace(on_wire)}
-        response = self.client.request(
-            method, url, content=_body(json), params=params, extensions=extensions,
-            timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
-        )
+        watch = None if on_wire is None else _WireWatch(on_wire)
+        try:
+            response = self.client.request(
+                method, url, content=_body(json), params=params,
+                extensions=None if watch is None else {"trace": watch},
+                timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
+            )
+        finally:
+            if watch is not None:
+                watch.release()
         return parse_response(response)
 
     def _attempt(self, method: str, base: str, path: str, **kwargs: Any) -> Any:
@@ -334,11 +355,16 @@ class AsyncTransport:
         on_wire: Callable[[], None] | None = None,
         timeout_s: float | None = None,
     ) -> Any:
-        extensions = None if on_wire is None else {"trace": _async_trace(on_wire)}
-        response = await self.client.request(
-            method, url, content=_body(json), params=params, extensions=extensions,
-            timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
-        )
+        watch = None if on_wire is None else _AsyncWireWatch(on_wire)
+        try:
+            response = await self.client.request(
+                method, url, content=_body(json), params=params,
+                extensions=None if watch is None else {"trace": watch},
+                timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
+            )
+        finally:
+            if watch is not None:
+                watch.release()
         return parse_response(response)
 
     async def _attempt(self, method: str, base: str, path: str, **kwargs: Any) -> Any:
