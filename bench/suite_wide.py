@@ -370,6 +370,11 @@ def _cpu(value: dict[str, Any]) -> str:
     return f"{us['services']:.1f} / {us.get('coordinator', 0):.1f}"
 
 
+def _client_cpu(value: dict[str, Any]) -> str:
+    us = value["cpu_us_per_record"]
+    return f"{us['client']:.1f} / {us.get('client_gc', 0):.1f}"
+
+
 def _idle(idle: dict[str, Any]) -> str:
     pct = idle["cpu_pct_of_core"]
     return "/".join(f"{pct[k]:.1f}" for k in sorted(pct) if k.startswith("node"))
@@ -391,6 +396,8 @@ def wide_rows(wide: dict[str, Any]) -> list[Row]:
             rows.append((label, _rate(run), None, None, run["records_per_s"] / accept))
             rows.append(("  services' CPU per record: all / coordinator (µs)", _cpu(run), None,
                          None, run["cpu_us_per_record"]["services"] / noop_cpu))  # fmt: skip
+            rows.append(("  producer's own CPU per record: all / collector (µs)",
+                         _client_cpu(run), None, None, None))  # fmt: skip
             if key == "keyless_3":
                 rows.append(("  keyless / keyed", f"{t['keyless_over_keyed']:.3f}", None,
                              None, None))  # fmt: skip
