@@ -13,6 +13,7 @@ to write can deadlock against another one holding a read lock.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -101,19 +102,35 @@ def serialize_first_start(conn: Connection) -> None:
 #: (connection refused or lost, the server shutting down, a deadlock or serialisation
 #: failure, a pool with no connection to give): the request may be tried again, so it is
 #: answered COORDINATOR_NOT_AVAILABLE (503, retriable), never INTERNAL_ERROR.
+class DatabaseClosedError(Exception):
+    """A transaction asked for after ``Database.dispose``: the coordinator is stopping."""
+
+
 UNAVAILABLE: tuple[type[Exception], ...] = (
     sa.exc.OperationalError,
     sa.exc.InterfaceError,
     sa.exc.TimeoutError,
+    DatabaseClosedError,
 )
+#: How long ``Database.dispose`` waits for the transactions still running on its threads.
+DISPOSE_WAIT_S = 10.0
 
 
 class Database:
-    """The engine plus a bounded pool of worker threads that run transactions on it."""
+    """The engine plus a bounded pool of worker threads that run transactions on it.
+
+    ``dispose`` waits for the transactions still running: a task cancelled at the stop
+    does not stop its worker thread, whose connection, checked out while the pool was
+    disposed, went back to the discarded pool and was collected later, open, in
+    whatever ran next (a ``ResourceWarning`` there). A transaction asked for after it is
+    refused (``DatabaseClosedError``, answered as the database being unavailable)."""
 
     def __init__(self, engine: Engine, *, threads: int) -> None:
         self.engine = engine
         self._limiter = anyio.CapacityLimiter(threads)
+        self._state = threading.Condition()
+        self._running = 0
+        self._closed = False
 
     @property
     def dialect(self) -> str:
@@ -121,13 +138,27 @@ class Database:
 
     def transaction(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(conn, *args)`` in one database transaction, on the calling thread."""
-        with self.engine.begin() as conn:
-            return fn(conn, *args)
+        with self._state:
+            if self._closed:
+                raise DatabaseClosedError("the coordinator is stopping: its database is closed")
+            self._running += 1
+        try:
+            with self.engine.begin() as conn:
+                return fn(conn, *args)
+        finally:
+            with self._state:
+                self._running -= 1
+                self._state.notify_all()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(conn, *args)`` in one database transaction, on a worker thread."""
         call = functools.partial(self.transaction, fn, *args)
         return await anyio.to_thread.run_sync(call, limiter=self._limiter)
 
-    def dispose(self) -> None:
+    def dispose(self, wait_s: float = DISPOSE_WAIT_S) -> None:
+        """Refuse new transactions, wait up to ``wait_s`` for those running, then close
+        the pool's connections."""
+        with self._state:
+            self._closed = True
+            self._state.wait_for(lambda: self._running == 0, timeout=wait_s)
         self.engine.dispose()
