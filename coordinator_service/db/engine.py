@@ -98,14 +98,15 @@ def serialize_first_start(conn: Connection) -> None:
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({FIRST_START_LOCK})")
 
 
-#: What the driver raises when the database cannot be reached or gave up on a statement
-#: (connection refused or lost, the server shutting down, a deadlock or serialisation
-#: failure, a pool with no connection to give): the request may be tried again, so it is
-#: answered COORDINATOR_NOT_AVAILABLE (503, retriable), never INTERNAL_ERROR.
 class DatabaseClosedError(Exception):
     """A transaction asked for after ``Database.dispose``: the coordinator is stopping."""
 
 
+#: What the driver raises when the database cannot be reached or gave up on a statement
+#: (connection refused or lost, the server shutting down, a deadlock or serialisation
+#: failure, a pool with no connection to give, a coordinator stopping): the request may be
+#: tried again, so it is answered COORDINATOR_NOT_AVAILABLE (503, retriable), never
+#: INTERNAL_ERROR.
 UNAVAILABLE: tuple[type[Exception], ...] = (
     sa.exc.OperationalError,
     sa.exc.InterfaceError,
