@@ -89,25 +89,23 @@ class RecordFuture(Future[T]):
 
     def set_result(self, result: T) -> None:
         """``Future.set_result``, without making the lists to find them empty."""
-        with self._condition:
-            if self._state in _SETTLED:
-                raise InvalidStateError(f"{self._state}: {self!r}")
-            self._result = result
-            self._state = FINISHED
-            for waiter in getattr(self, "_waiter_list", ()):
-                waiter.add_result(self)
-            self._condition.notify_all()
-        self._invoke_callbacks()
+        self._finish(result, failed=False)
 
     def set_exception(self, exception: BaseException | None) -> None:
         """``Future.set_exception``, without making the lists to find them empty."""
+        self._finish(exception, failed=True)
+
+    def _finish(self, outcome: Any, *, failed: bool) -> None:
         with self._condition:
             if self._state in _SETTLED:
                 raise InvalidStateError(f"{self._state}: {self!r}")
-            self._exception = exception
+            if failed:
+                self._exception = outcome
+            else:
+                self._result = outcome
             self._state = FINISHED
             for waiter in getattr(self, "_waiter_list", ()):
-                waiter.add_exception(self)
+                (waiter.add_exception if failed else waiter.add_result)(self)
             self._condition.notify_all()
         self._invoke_callbacks()
 

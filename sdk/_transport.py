@@ -203,6 +203,17 @@ def _body(json: Any) -> bytes | None:
     return None if json is None else orjson.dumps(json)
 
 
+def _request_options(
+    json: Any, params: dict[str, Any] | None, watch: _WireWatch | None, timeout_s: float | None
+) -> dict[str, Any]:
+    """The keyword arguments of one attempt's ``request``, sync or async alike."""
+    return {
+        "content": _body(json), "params": params,
+        "extensions": None if watch is None else {"trace": watch},
+        "timeout": httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
+    }  # fmt: skip
+
+
 def attempt_timeout_s(policy: RetryPolicy, retry: RetryConfig) -> float:
     """How long one attempt of a request may take."""
     ms = retry.coordinator_timeout_ms if policy.coordinator else retry.request_timeout_ms
@@ -254,11 +265,8 @@ class SyncTransport:
         request body has been written to the connection."""
         watch = None if on_wire is None else _WireWatch(on_wire)
         try:
-            response = self.client.request(
-                method, url, content=_body(json), params=params,
-                extensions=None if watch is None else {"trace": watch},
-                timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
-            )
+            response = self.client.request(method, url, **_request_options(json, params, watch,
+                                                                           timeout_s))  # fmt: skip
         finally:
             if watch is not None:
                 watch.release()
@@ -358,9 +366,7 @@ class AsyncTransport:
         watch = None if on_wire is None else _AsyncWireWatch(on_wire)
         try:
             response = await self.client.request(
-                method, url, content=_body(json), params=params,
-                extensions=None if watch is None else {"trace": watch},
-                timeout=httpx.USE_CLIENT_DEFAULT if timeout_s is None else timeout_s,
+                method, url, **_request_options(json, params, watch, timeout_s)
             )
         finally:
             if watch is not None:
