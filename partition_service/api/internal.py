@@ -28,6 +28,7 @@ from eos_protocol.node import (
     DeleteTopicsOnNodeResponse,
     ListPartitionsResponse,
     MarkerPartitionResult,
+    RecordIn,
     WriteMarkersRequest,
     WriteMarkersResponse,
 )
@@ -37,6 +38,7 @@ from eos_server.fastpath import FastCall, fast_path
 from eos_server.logs import txn_fields
 from partition_service.api.records import PartitionPath, TopicPath, json_response
 from partition_service.context import Node, NodeContext
+from partition_service.log.group_offsets import encode_offset_key
 from partition_service.partition import Partition, now_ms
 from partition_service.registry import NewPartition
 from partition_service.replication.role import Assignment
@@ -222,7 +224,8 @@ def deletion_problem(topic: str) -> str | None:
     summary="Remove every replica of deleted topics from this node (coordinators only)",
     response_model=DeleteTopicsOnNodeResponse,
     responses=error_responses(
-        "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED", "KAFKA_STORAGE_ERROR"
+        "UNAUTHENTICATED", "CLUSTER_AUTHORIZATION_FAILED", "KAFKA_STORAGE_ERROR",
+        "NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "NOT_LEADER_OR_FOLLOWER",
     ),
 )
 async def delete_topics_on_node(body: DeleteTopicsOnNodeRequest, node: Node) -> Response:
@@ -264,10 +267,40 @@ async def delete_topics_on_node(body: DeleteTopicsOnNodeRequest, node: Node) -> 
         level = logging.INFO if count else logging.DEBUG
         deletion_log.log(level, "deleted topic %s: %d partitions", topic, count,
                          extra={"topic": topic})  # fmt: skip
+    if wanted:
+        forgotten = await forget_group_offsets(node, set(wanted))
+        if forgotten:
+            deletion_log.info("removed %d committed group offsets of deleted topics %s",
+                              forgotten, ", ".join(sorted(wanted)))  # fmt: skip
     for answer in answers:
         if answer["error"] is None:
             answer["partitions_deleted"] = deleted[str(answer["topic"])]
     return json_response({"topics": answers})
+
+
+async def forget_group_offsets(node: NodeContext, topics: set[str]) -> int:
+    """Write a tombstone for every group's committed offset of ``topics`` in each
+    ``__consumer_offsets`` partition led here, acks=all as an offset commit; returns how
+    many. Kafka's group coordinator drops the offsets of deleted partitions, and without
+    it a topic made again under the name would be read by an old group from the deleted
+    topic's offsets on, skipping what lies below them. The other nodes, asked the same,
+    do it for the partitions they lead. A failure (too few in-sync replicas, a storage
+    error) fails the request, which the coordinator asks again: until it is answered the
+    name cannot be created again."""
+    forgotten = 0
+    for (topic, _index), partition in list(node.registry.partitions.items()):
+        view = partition.engine.groups
+        if topic != CONSUMER_OFFSETS_TOPIC or view is None or not partition.role.leads:
+            continue
+        keys = view.keys_of_topics(topics)
+        step = partition.limits.max_batch_records
+        for start in range(0, len(keys), step):
+            partition.role.require_leader(acks_all=True)
+            tombstones = [RecordIn(key=encode_offset_key(*key)) for key in keys[start:start + step]]
+            result = partition.append_rows(partition.rows(tombstones))
+            await partition.wait_durable(result)
+        forgotten += len(keys)
+    return forgotten
 
 
 @router.put(

@@ -1,9 +1,10 @@
 """The consumer-group offsets kept in a ``__consumer_offsets`` partition.
 
 Offsets are records of the partition (key ``[group, topic, partition]``, value
-``{offset, metadata}``), so a transactional offset commit is a transactional batch: it stays
-pending, invisible to readers of committed offsets, until the COMMIT marker of its producer
-lands on this partition, and it vanishes on ABORT. One marker thus makes a transaction's
+``{offset, metadata}``; a null value is a tombstone, written when the topic is deleted),
+so a transactional offset commit is a transactional batch: it stays pending, invisible to
+readers of committed offsets, until the COMMIT marker of its producer lands on this
+partition, and it vanishes on ABORT. One marker thus makes a transaction's
 data and its consumed offsets visible together. This view is rebuilt from the records by
 replay and saved in the partition's checkpoint.
 
@@ -14,6 +15,7 @@ a current value, and below the LSO (so no pending commit lies in it), can go.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import orjson
@@ -26,10 +28,16 @@ RecordKey = tuple[str, str, int]  # (group, topic, partition)
 UNKNOWN_POSITION = -1
 
 
+def encode_offset_key(group_id: str, topic: str, partition: int) -> str:
+    """The record key of a group's offset of one partition; with a null value, the
+    tombstone that removes it (the offsets of a deleted topic)."""
+    return orjson.dumps([group_id, topic, partition]).decode()
+
+
 def encode_offset_record(
     group_id: str, topic: str, partition: int, offset: int, metadata: str | None
 ) -> tuple[str, str]:
-    key = orjson.dumps([group_id, topic, partition]).decode()
+    key = encode_offset_key(group_id, topic, partition)
     value = orjson.dumps({"offset": offset, "metadata": metadata}).decode()
     return key, value
 
@@ -53,9 +61,13 @@ class GroupOffsetsView:
     ) -> None:
         for i, row in enumerate(rows):
             group_id, topic, partition = orjson.loads(row[0])
+            key = (str(group_id), str(topic), int(partition))
+            if row[1] is None:  # a tombstone: only written outside transactions
+                if not transactional:
+                    self._forget(key)
+                continue
             value = orjson.loads(row[1])
             entry = (int(value["offset"]), value.get("metadata"))
-            key = (str(group_id), str(topic), int(partition))
             at = base_offset + i if base_offset >= 0 else UNKNOWN_POSITION
             if transactional:
                 target = self.pending.setdefault(producer_id, {}).setdefault(group_id, {})
@@ -64,6 +76,26 @@ class GroupOffsetsView:
                 target = self.committed.setdefault(group_id, {})
                 self.written_at[key] = at
             target[(topic, int(partition))] = entry
+
+    def _forget(self, key: RecordKey) -> None:
+        group_id, topic, partition = key
+        offsets = self.committed.get(group_id)
+        if offsets is not None:
+            offsets.pop((topic, partition), None)
+            if not offsets:
+                del self.committed[group_id]
+        self.written_at.pop(key, None)
+
+    def keys_of_topics(self, topics: Collection[str]) -> list[RecordKey]:
+        """The committed offsets of these topics, each as its record key: what a topic's
+        deletion removes (Kafka's group coordinator drops the offsets of deleted
+        partitions, so that a topic made again under the name starts with none)."""
+        return [
+            (group_id, topic, partition)
+            for group_id, offsets in self.committed.items()
+            for topic, partition in offsets
+            if topic in topics
+        ]
 
     def apply_marker(self, producer_id: int, *, commit: bool) -> None:
         groups = self.pending.pop(producer_id, None)

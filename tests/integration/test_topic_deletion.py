@@ -1,7 +1,8 @@
 """Topic deletion through the coordinator, on real processes: the topic leaves the metadata
 at once, every node removes its replicas, the name is free again only once every node has
-confirmed (a node that is down keeps it blocked), a transaction over a deleted topic still
-completes, and bad requests change nothing."""
+confirmed (a node that is down keeps it blocked), the groups' committed offsets of the
+topic go with it, a transaction over a deleted topic still completes, and bad requests
+change nothing."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 from eos_cli.main import app
 from sdk import (
     AdminClient,
+    Consumer,
     InvalidRequestError,
     Producer,
     TopicAlreadyExistsError,
@@ -91,6 +93,29 @@ def test_a_deleted_topic_is_gone_and_its_name_comes_back_empty(cluster: Cluster)
     with Producer(cluster.url) as producer:
         producer.send(topic, "new", key="k").result(timeout=30)
     assert [str(r.value) for r in read_all(cluster.url, topic)] == ["new"]
+
+
+def test_a_deleted_topics_group_offsets_go_with_it(cluster: Cluster) -> None:
+    """Kafka's group coordinator drops the offsets of deleted partitions: a group that read
+    the old topic must not start the new one of the same name at the old offsets (which
+    would skip the new topic's first records). Other topics' offsets stay."""
+    topic = cluster.create_topic(partitions=2, prefix="del")
+    kept = cluster.create_topic(partitions=1, prefix="keep")
+    groups = [f"g{i}-{topic}" for i in range(3)]  # most likely in different offsets partitions
+    doomed = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    for group in groups:
+        with Consumer(cluster.url, group) as consumer:
+            consumer.commit({doomed[0]: 5, doomed[1]: 7, TopicPartition(kept, 0): 3})
+            assert consumer.committed(doomed)[doomed[1]] is not None
+    with AdminClient(cluster.url) as admin:
+        admin.delete_topic(topic)
+        _create_when_free(admin, topic, 2)
+    for group in groups:
+        with Consumer(cluster.url, group) as consumer:
+            committed = consumer.committed([*doomed, TopicPartition(kept, 0)])
+        assert [committed[tp] for tp in doomed] == [None, None], (group, committed)
+        kept_offset = committed[TopicPartition(kept, 0)]
+        assert kept_offset is not None and kept_offset.offset == 3, (group, committed)
 
 
 def test_a_transaction_over_a_deleted_topic_still_completes(cluster: Cluster) -> None:

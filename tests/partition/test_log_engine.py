@@ -280,6 +280,43 @@ def test_group_offsets_pending_until_marker(tmp_path: Path) -> None:
     assert reopened.groups.offsets("g") == {("in", 0): (42, None)}
 
 
+def test_a_deleted_topics_offsets_are_tombstoned_and_stay_gone_after_replay(
+    tmp_path: Path,
+) -> None:
+    """A topic's deletion writes a null value for each of its groups' offsets; the view,
+    its checkpoint and a replay of the log without the checkpoint all forget them, and
+    keep the other topics' offsets."""
+    from partition_service.log.group_offsets import encode_offset_key, encode_offset_record
+
+    engine = open_engine(tmp_path / "o", SMALL, topic="__consumer_offsets")
+    assert engine.groups is not None
+    rows = [(*encode_offset_record(g, t, p, 10 * p + 1, None), None, NOW)
+            for g in ("a", "b") for t in ("gone", "kept") for p in (0, 1)]  # fmt: skip
+    engine.append_data(rows, now_ms=NOW)
+    keys = engine.groups.keys_of_topics({"gone"})
+    assert sorted(keys) == [("a", "gone", 0), ("a", "gone", 1), ("b", "gone", 0), ("b", "gone", 1)]
+    engine.append_data([(encode_offset_key(*k), None, None, NOW) for k in keys], now_ms=NOW)
+    survivors = {("kept", 0): (1, None), ("kept", 1): (11, None)}
+    assert engine.groups.offsets("a") == engine.groups.offsets("b") == survivors
+    assert engine.groups.keys_of_topics({"gone"}) == []
+    assert {key[1] for key, _ in engine.groups.live_below(engine.log_end_offset)} == {"kept"}
+    engine.mark_durable(engine.log_end_offset)
+    engine.write_checkpoint(engine.capture_checkpoint())
+    engine.close()
+    for from_checkpoint in (True, False):
+        checkpoint = tmp_path / "o" / CHECKPOINT_FILE
+        if from_checkpoint:
+            assert checkpoint.exists()
+        else:
+            checkpoint.unlink(missing_ok=True)  # a replay of the log alone
+        reopened = open_engine(tmp_path / "o", SMALL, topic="__consumer_offsets")
+        assert reopened.groups is not None
+        assert reopened.groups.offsets("a") == reopened.groups.offsets("b") == survivors, (
+            f"from the checkpoint: {from_checkpoint}"
+        )
+        reopened.close()
+
+
 def test_marker_for_unknown_producer_fences_a_late_first_batch(tmp_path: Path) -> None:
     """The KIP-890 race: a batch verified just before a fencing abort reaches the node."""
     engine = open_engine(tmp_path / "p")
