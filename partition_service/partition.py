@@ -198,6 +198,11 @@ class Partition:
         """Check the request's producer fields and turn its records into rows, refusing bad
         input before anything is written. ``body_bytes``, the size of the JSON body the
         request was parsed from, bounds the size of every record in it."""
+        if self.engine.groups is not None:  # as Kafka refuses appends to internal topics
+            raise InvalidRequestError(
+                f"{self.topic} is internal: a group's offsets are committed through "
+                "/v1/groups/{group_id}/offsets and /v1/groups/{group_id}/txn-offsets"
+            )
         has_producer = request.producer_id is not None
         if has_producer and (request.producer_epoch is None or request.base_sequence is None):
             raise InvalidRequestError(

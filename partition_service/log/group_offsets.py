@@ -15,10 +15,13 @@ a current value, and below the LSO (so no pending commit lies in it), can go.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from typing import Any
 
 import orjson
+
+log = logging.getLogger("eos.node.group_offsets")
 
 OffsetKey = tuple[str, int]  # (topic, partition)
 OffsetValue = tuple[int, str | None]  # (offset, metadata)
@@ -60,14 +63,20 @@ class GroupOffsetsView:
         base_offset: int = UNKNOWN_POSITION,
     ) -> None:
         for i, row in enumerate(rows):
-            group_id, topic, partition = orjson.loads(row[0])
-            key = (str(group_id), str(topic), int(partition))
-            if row[1] is None:  # a tombstone: only written outside transactions
+            try:
+                group_id, topic, partition = orjson.loads(row[0])
+                key = (str(group_id), str(topic), int(partition))
+                value = None if row[1] is None else orjson.loads(row[1])
+                entry = None if value is None else (int(value["offset"]), value.get("metadata"))
+            except (ValueError, TypeError, KeyError) as exc:
+                # not an offset (written by a release that let clients produce here): a
+                # replay must go on past it, and nothing reads it as an offset
+                log.warning("an unreadable record in the group offsets skipped: %s", exc)
+                continue
+            if entry is None:  # a tombstone: only written outside transactions
                 if not transactional:
                     self._forget(key)
                 continue
-            value = orjson.loads(row[1])
-            entry = (int(value["offset"]), value.get("metadata"))
             at = base_offset + i if base_offset >= 0 else UNKNOWN_POSITION
             if transactional:
                 target = self.pending.setdefault(producer_id, {}).setdefault(group_id, {})

@@ -317,6 +317,28 @@ def test_a_deleted_topics_offsets_are_tombstoned_and_stay_gone_after_replay(
         reopened.close()
 
 
+def test_an_unreadable_record_in_the_offsets_is_skipped_live_and_in_replay(
+    tmp_path: Path,
+) -> None:
+    """A record that is no offset (an earlier release let clients produce there) neither
+    fails the append nor the replay of the log, and is no offset."""
+    from partition_service.log.group_offsets import encode_offset_record
+
+    engine = open_engine(tmp_path / "o", SMALL, topic="__consumer_offsets")
+    assert engine.groups is not None
+    good = (*encode_offset_record("g", "in", 0, 8, None), None, NOW)
+    bad = [("x", "y", None, NOW), (None, None, None, NOW), ('["g", "in", 1]', "[1]", None, NOW),
+           ('["g", "in", 2]', '{"offset": "many"}', None, NOW)]  # fmt: skip
+    engine.append_data([*bad, good], now_ms=NOW)
+    assert engine.groups.offsets("g") == {("in", 0): (8, None)}
+    engine.mark_durable(engine.log_end_offset)
+    engine.close()
+    (tmp_path / "o" / CHECKPOINT_FILE).unlink(missing_ok=True)
+    reopened = open_engine(tmp_path / "o", SMALL, topic="__consumer_offsets")
+    assert reopened.groups is not None
+    assert reopened.groups.offsets("g") == {("in", 0): (8, None)}
+
+
 def test_marker_for_unknown_producer_fences_a_late_first_batch(tmp_path: Path) -> None:
     """The KIP-890 race: a batch verified just before a fencing abort reaches the node."""
     engine = open_engine(tmp_path / "p")

@@ -357,6 +357,36 @@ def test_group_offsets_plain_and_transactional(node: NodeProcess, client: httpx.
     assert client.get(f"/v1/groups/{group}/offsets").json()["offsets"][0]["offset"] == 25
 
 
+def test_records_produced_to_the_offsets_topic_are_refused_and_change_nothing(
+    client: httpx.Client,
+) -> None:
+    """Only the offset commits write ``__consumer_offsets``: a produce there, single or in a
+    multi-partition request, is INVALID_REQUEST and writes nothing (it used to be written,
+    then fail the group view with a 500)."""
+    group = "poisoned"
+    partition = group_offsets_partition(group, 4)
+    path = f"/v1/partitions/__consumer_offsets/{partition}"
+    end = client.get(f"{path}/offsets").json()["high_watermark"]
+    for records in ([{"key": "x", "value": "y"}], [{"key": None, "value": None}]):
+        single = client.post(f"{path}/records", json={"records": records})
+        assert single.status_code == 400, single.text
+        assert single.json()["error"]["code"] == "INVALID_REQUEST"
+        assert "internal" in single.json()["error"]["message"]
+        many = client.post("/v1/produce", json={"batches": [
+            {"topic": "__consumer_offsets", "partition": partition, "records": records},
+            {"topic": TOPIC, "partition": 0, "records": [{"value": "beside it"}]},
+        ]})  # fmt: skip
+        assert many.status_code == 200, many.text
+        refused, accepted = many.json()["batches"]
+        assert refused["error"]["code"] == "INVALID_REQUEST", refused
+        assert accepted["error"] is None, accepted
+    assert client.get(f"{path}/offsets").json()["high_watermark"] == end
+    body = {"offsets": [{"topic": "in", "partition": 0, "offset": 4}]}
+    commit = client.post(f"/v1/groups/{group}/offsets", json=body)
+    assert commit.status_code == 200, commit.text
+    assert client.get(f"/v1/groups/{group}/offsets").json()["offsets"][0]["offset"] == 4
+
+
 def test_group_on_a_node_without_its_offsets_partition(tmp_path: Path) -> None:
     lonely = NodeProcess(tmp_path / "lonely")
     lonely.start()
