@@ -4,8 +4,8 @@ Offsets are records of the partition (key ``[group, topic, partition]``, value
 ``{offset, metadata}``; a null value is a tombstone, written when the topic is deleted),
 so a transactional offset commit is a transactional batch: it stays pending, invisible to
 readers of committed offsets, until the COMMIT marker of its producer lands on this
-partition, and it vanishes on ABORT. One marker thus makes a transaction's
-data and its consumed offsets visible together. This view is rebuilt from the records by
+partition, and it vanishes on ABORT. One marker thus makes a transaction's data and its
+consumed offsets visible together. This view is rebuilt from the records by
 replay and saved in the partition's checkpoint.
 
 For compaction (``partition_service.log.cleaner``) the view also knows where the record
@@ -79,12 +79,12 @@ class GroupOffsetsView:
                 continue
             at = base_offset + i if base_offset >= 0 else UNKNOWN_POSITION
             if transactional:
-                target = self.pending.setdefault(producer_id, {}).setdefault(group_id, {})
+                target = self.pending.setdefault(producer_id, {}).setdefault(key[0], {})
                 self.pending_at.setdefault(producer_id, {})[key] = at
             else:
-                target = self.committed.setdefault(group_id, {})
+                target = self.committed.setdefault(key[0], {})
                 self.written_at[key] = at
-            target[(topic, int(partition))] = entry
+            target[(key[1], key[2])] = entry
 
     def _forget(self, key: RecordKey) -> None:
         group_id, topic, partition = key
