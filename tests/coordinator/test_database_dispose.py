@@ -21,22 +21,34 @@ from sqlalchemy.engine import Connection
 from coordinator_service.db.engine import UNAVAILABLE, Database, DatabaseClosedError, make_engine
 
 
-def test_dispose_waits_for_a_running_transaction_then_refuses_new_ones(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'c.db'}")
-    db = Database(engine, threads=2)
+def _held_open(db: Database, results: list[int]) -> tuple[threading.Event, threading.Thread]:
+    """A transaction running on a thread of its own, held inside until the returned event
+    is set; its result goes to ``results``."""
     inside, release = threading.Event(), threading.Event()
 
-    def slow(conn: Connection) -> int:
+    def held(conn: Connection) -> int:
         inside.set()
         assert release.wait(30)
         return int(conn.exec_driver_sql("SELECT 1").scalar_one())
 
-    results: list[int] = []
-    worker = threading.Thread(target=lambda: results.append(db.transaction(slow)))
+    worker = threading.Thread(target=lambda: results.append(db.transaction(held)))
     worker.start()
     assert inside.wait(30), "the transaction never began"
+    return release, worker
+
+
+def test_dispose_waits_for_a_running_transaction_then_refuses_new_ones(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'c.db'}")
+    db = Database(engine, threads=2)
+    results: list[int] = []
+    release, worker = _held_open(db, results)
     disposed = threading.Event()
-    stopper = threading.Thread(target=lambda: (db.dispose(), disposed.set()))
+
+    def stop() -> None:
+        db.dispose()
+        disposed.set()
+
+    stopper = threading.Thread(target=stop)
     stopper.start()
     assert not disposed.wait(0.2), "dispose returned while a transaction was running"
     release.set()
@@ -46,22 +58,14 @@ def test_dispose_waits_for_a_running_transaction_then_refuses_new_ones(tmp_path:
     pool = engine.pool
     assert isinstance(pool, sa.pool.QueuePool) and pool.checkedout() == 0
     with pytest.raises(DatabaseClosedError):
-        db.transaction(slow)
+        db.transaction(lambda conn: 1)
     assert DatabaseClosedError in UNAVAILABLE  # answered 503, retriable, not 500
 
 
 def test_dispose_gives_up_waiting_after_its_limit(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'c.db'}")
     db = Database(engine, threads=1)
-    inside, release = threading.Event(), threading.Event()
-
-    def stuck(conn: Connection) -> None:
-        inside.set()
-        release.wait(30)
-
-    worker = threading.Thread(target=db.transaction, args=(stuck,))
-    worker.start()
-    assert inside.wait(30)
+    release, worker = _held_open(db, [])
     began = time.monotonic()
     db.dispose(wait_s=0.3)
     assert 0.25 <= time.monotonic() - began < 10
